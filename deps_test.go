@@ -1,0 +1,113 @@
+package gozt_test
+
+import (
+	"encoding/json"
+	"io"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/gozt/gozt"
+
+// allowed lists, per package (module-relative), the module packages it may
+// import directly (DESIGN.md, "Import rules"). A package missing from this
+// table fails the test, so a new package must state its place.
+var allowed = map[string][]string{
+	"certs/identity": {},
+	"rbac":           {"certs/identity"},
+	"certs":          {"certs/identity"},
+	"certs/istioca":  {"certs", "certs/identity"},
+	"certs/localca":  {"certs", "certs/identity"},
+	"proxy/state":    {"rbac", "certs/identity"},
+	"xds":            {"proxy/state", "rbac", "certs/identity"},
+	"xds/xdstest":    {"xds", "proxy/state", "rbac", "certs/identity"},
+	"hbone":          {"certs", "certs/identity"},
+	"proxy/relay":    {},
+	"proxy/sockopt":  {},
+	"proxy/connmgr":  {"rbac", "proxy/state", "certs/identity"},
+	"proxy/dns":      {"proxy/state", "certs/identity", "proxy/sockopt"},
+	"proxy/inpod":    {"proxy/sockopt"},
+	"proxy": {"proxy/state", "proxy/relay", "proxy/sockopt", "proxy/connmgr", "proxy/dns",
+		"proxy/inpod", "hbone", "rbac", "certs", "certs/identity"},
+	"bench": {"proxy", "proxy/state", "proxy/relay", "proxy/sockopt", "hbone", "rbac",
+		"certs", "certs/identity", "certs/localca", "xds", "xds/xdstest"},
+	"tools": {},
+}
+
+// stdlibOnly packages may import nothing outside the standard library, except
+// the listed third-party paths.
+var stdlibOnly = map[string][]string{
+	"certs/identity": nil,
+	"rbac":           nil,
+	"proxy/relay":    {"golang.org/x/sys/unix"},
+	"proxy/sockopt":  {"golang.org/x/sys/unix"},
+}
+
+type listedPackage struct {
+	ImportPath string
+	Imports    []string
+}
+
+func TestImportRules(t *testing.T) {
+	out, err := exec.Command("go", "list", "-json", "./...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	for {
+		var p listedPackage
+		if err := dec.Decode(&p); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatalf("decode go list output: %v", err)
+		}
+		checkPackage(t, p)
+	}
+}
+
+func checkPackage(t *testing.T, p listedPackage) {
+	t.Helper()
+	rel := strings.TrimPrefix(strings.TrimPrefix(p.ImportPath, module), "/")
+	if rel == "" {
+		return
+	}
+	inCmd := rel == "cmd" || strings.HasPrefix(rel, "cmd/")
+	allow, known := allowed[rel]
+	if !known && !inCmd {
+		t.Errorf("package %s is not in the import-rule table of deps_test.go", rel)
+		return
+	}
+	for _, imp := range p.Imports {
+		if !strings.HasPrefix(imp, module+"/") {
+			if extra, ok := stdlibOnly[rel]; ok && isThirdParty(imp) && !contains(extra, imp) {
+				t.Errorf("%s imports %s; it may use only the standard library", rel, imp)
+			}
+			continue
+		}
+		target := strings.TrimPrefix(imp, module+"/")
+		if target == "cmd" || strings.HasPrefix(target, "cmd/") {
+			if !inCmd {
+				t.Errorf("%s imports %s; nothing outside cmd may import cmd", rel, target)
+			}
+			continue
+		}
+		if !inCmd && !contains(allow, target) {
+			t.Errorf("%s imports %s; DESIGN.md allows only %v", rel, target, allow)
+		}
+	}
+}
+
+func isThirdParty(path string) bool {
+	first, _, _ := strings.Cut(path, "/")
+	return strings.Contains(first, ".")
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
