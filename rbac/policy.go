@@ -1,7 +1,3 @@
-// Package rbac evaluates Istio L4 authorization policies (SPEC §4) for one
-// connection at a time. It is pure: no I/O, no locks, and no allocation per
-// decision. Policies are built once, when configuration arrives (from the local
-// config file or from xDS), and then only read.
 package rbac
 
 import (
