@@ -1,0 +1,126 @@
+package certs
+
+import (
+	"crypto"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"time"
+
+	"github.com/gozt/gozt/certs/identity"
+)
+
+// Cert is a workload certificate: leaf (+ intermediates), its private key
+// and the roots it trusts.
+//
+// A Cert is immutable after NewCert: the exported fields must not be
+// modified, and the cached TLS certificate and root pool are built once and
+// shared by every handshake that uses the Cert.
+type Cert struct {
+	Identity identity.Identity
+	Chain    []*x509.Certificate // leaf first, then intermediates
+	Key      crypto.Signer
+	Roots    []*x509.Certificate // trust anchors (may be several during root rotation)
+
+	tlsCert tls.Certificate
+	pool    *x509.CertPool
+}
+
+// NewCert validates and assembles a Cert. It checks that the chain is
+// non-empty, that key belongs to the leaf, that the leaf carries exactly one
+// URI SAN and that it is id, that roots is non-empty and that the chain
+// verifies to roots at time.Now() for any extended key usage.
+func NewCert(id identity.Identity, chain []*x509.Certificate, key crypto.Signer, roots []*x509.Certificate) (*Cert, error) {
+	if len(chain) == 0 || chain[0] == nil {
+		return nil, ErrEmptyChain
+	}
+	if len(roots) == 0 {
+		return nil, ErrNoRoots
+	}
+	leaf := chain[0]
+	if key == nil || !publicKeyEqual(key.Public(), leaf.PublicKey) {
+		return nil, ErrKeyMismatch
+	}
+	if id.IsZero() {
+		return nil, fmt.Errorf("%w: zero identity", ErrIdentityMismatch)
+	}
+	sans, err := uriSANs(leaf)
+	if err != nil {
+		return nil, err
+	}
+	if len(sans) != 1 || sans[0] != id.String() {
+		return nil, fmt.Errorf("%w: leaf URI SANs %q, want [%q]", ErrIdentityMismatch, sans, id.String())
+	}
+	c := &Cert{
+		Identity: id,
+		Chain:    append([]*x509.Certificate(nil), chain...),
+		Key:      key,
+		Roots:    append([]*x509.Certificate(nil), roots...),
+		pool:     x509.NewCertPool(),
+	}
+	for _, r := range c.Roots {
+		if r == nil {
+			return nil, ErrNoRoots
+		}
+		c.pool.AddCert(r)
+	}
+	opts := x509.VerifyOptions{
+		Roots:         c.pool,
+		Intermediates: intermediatePool(c.Chain[1:]),
+		CurrentTime:   time.Now(),
+		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageAny},
+	}
+	if _, err := leaf.Verify(opts); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUntrusted, err)
+	}
+	der := make([][]byte, len(c.Chain))
+	for i, cert := range c.Chain {
+		der[i] = cert.Raw
+	}
+	c.tlsCert = tls.Certificate{Certificate: der, PrivateKey: key, Leaf: leaf}
+	return c, nil
+}
+
+// publicKeyEqual reports whether a and b are the same public key.
+func publicKeyEqual(a, b crypto.PublicKey) bool {
+	k, ok := a.(interface{ Equal(crypto.PublicKey) bool })
+	return ok && k.Equal(b)
+}
+
+// intermediatePool returns a pool holding certs, or nil if there are none.
+func intermediatePool(certs []*x509.Certificate) *x509.CertPool {
+	if len(certs) == 0 {
+		return nil
+	}
+	p := x509.NewCertPool()
+	for _, c := range certs {
+		p.AddCert(c)
+	}
+	return p
+}
+
+// TLSCertificate returns the certificate for crypto/tls. It is shared:
+// callers must not modify it.
+func (c *Cert) TLSCertificate() *tls.Certificate { return &c.tlsCert }
+
+// RootPool returns the pool of trusted roots. It is shared: callers must
+// not modify it.
+func (c *Cert) RootPool() *x509.CertPool { return c.pool }
+
+// NotBefore returns the start of the leaf's validity.
+func (c *Cert) NotBefore() time.Time { return c.Chain[0].NotBefore }
+
+// NotAfter returns the end of the leaf's validity.
+func (c *Cert) NotAfter() time.Time { return c.Chain[0].NotAfter }
+
+// RefreshTime returns when the certificate should be renewed: halfway
+// through its validity, NotBefore + (NotAfter-NotBefore)/2 (SPEC §6.3).
+func (c *Cert) RefreshTime() time.Time {
+	nb, na := c.NotBefore(), c.NotAfter()
+	return nb.Add(na.Sub(nb) / 2)
+}
+
+// validAt reports whether the leaf has not expired at now.
+func (c *Cert) validAt(now time.Time) bool {
+	return now.Before(c.NotAfter())
+}

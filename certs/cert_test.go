@@ -1,0 +1,93 @@
+package certs_test
+
+import (
+	"context"
+	"crypto"
+	"crypto/x509"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/gozt/gozt/certs"
+	"github.com/gozt/gozt/certs/identity"
+)
+
+func TestNewCertRejects(t *testing.T) {
+	ca, otherCA := newCA(t), newCA(t)
+	good := issue(t, ca, idA)
+	key := newKey(t)
+	sign := func(signer interface {
+		IssueWithTemplate(context.Context, crypto.Signer, *x509.Certificate) (*x509.Certificate, error)
+	}, tmpl *x509.Certificate) []*x509.Certificate {
+		t.Helper()
+		c, err := signer.IssueWithTemplate(context.Background(), key, tmpl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return []*x509.Certificate{c}
+	}
+	expired := leafTemplate(t, idA.String())
+	expired.NotBefore, expired.NotAfter = time.Now().Add(-2*time.Hour), time.Now().Add(-time.Hour)
+
+	tests := []struct {
+		name    string
+		id      identity.Identity
+		chain   []*x509.Certificate
+		key     crypto.Signer
+		roots   []*x509.Certificate
+		wantErr error
+	}{
+		{"empty chain", idA, nil, good.Key, ca.Roots(), certs.ErrEmptyChain},
+		{"no roots", idA, good.Chain, good.Key, nil, certs.ErrNoRoots},
+		{"key mismatch", idA, good.Chain, key, ca.Roots(), certs.ErrKeyMismatch},
+		{"nil key", idA, good.Chain, nil, ca.Roots(), certs.ErrKeyMismatch},
+		{"zero identity", identity.Identity{}, good.Chain, good.Key, ca.Roots(), certs.ErrIdentityMismatch},
+		{"other identity", idA, sign(ca, leafTemplate(t, idB.String())), key, ca.Roots(), certs.ErrIdentityMismatch},
+		{"two URI SANs", idA, sign(ca, leafTemplate(t, idA.String(), idB.String())), key, ca.Roots(), certs.ErrIdentityMismatch},
+		{"no URI SAN", idA, sign(ca, leafTemplate(t)), key, ca.Roots(), certs.ErrIdentityMismatch},
+		{"other CA", idA, sign(otherCA, leafTemplate(t, idA.String())), key, ca.Roots(), certs.ErrUntrusted},
+		{"expired", idA, sign(ca, expired), key, ca.Roots(), certs.ErrUntrusted},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := certs.NewCert(tt.id, tt.chain, tt.key, tt.roots)
+			if !errors.Is(err, tt.wantErr) {
+				t.Fatalf("NewCert = %v, %v; want error %v", c, err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestNewCertAccepts(t *testing.T) {
+	ca := newCA(t)
+	issued := issue(t, ca, idA)
+	// Root rotation: several roots, only one of which signed the chain.
+	roots := append(newCA(t).Roots(), ca.Roots()...)
+	c, err := certs.NewCert(idA, issued.Chain, issued.Key, roots)
+	if err != nil {
+		t.Fatalf("NewCert: %v", err)
+	}
+	tc := c.TLSCertificate()
+	if len(tc.Certificate) != 1 || string(tc.Certificate[0]) != string(issued.Chain[0].Raw) || tc.Leaf != issued.Chain[0] || tc.PrivateKey != issued.Key {
+		t.Errorf("TLSCertificate() = %+v, not the chain and key", tc)
+	}
+	if c.TLSCertificate() != tc {
+		t.Errorf("TLSCertificate() is rebuilt on each call")
+	}
+	if _, err := issued.Chain[0].Verify(x509.VerifyOptions{Roots: c.RootPool()}); err != nil {
+		t.Errorf("leaf does not verify against RootPool(): %v", err)
+	}
+	leaf := issued.Chain[0]
+	if !c.NotBefore().Equal(leaf.NotBefore) || !c.NotAfter().Equal(leaf.NotAfter) {
+		t.Errorf("NotBefore/NotAfter = %v/%v, want %v/%v", c.NotBefore(), c.NotAfter(), leaf.NotBefore, leaf.NotAfter)
+	}
+	want := leaf.NotBefore.Add(leaf.NotAfter.Sub(leaf.NotBefore) / 2)
+	if !c.RefreshTime().Equal(want) {
+		t.Errorf("RefreshTime() = %v, want %v", c.RefreshTime(), want)
+	}
+	// The Cert keeps its own copies of the slices.
+	roots[0] = nil
+	if c.Roots[0] == nil {
+		t.Errorf("NewCert aliases the caller's roots slice")
+	}
+}

@@ -1,0 +1,25 @@
+// Package certs holds workload certificates and the TLS configurations that
+// use them for HBONE (SPEC §2.1, §6).
+//
+// A Cert is an immutable, validated SPIFFE workload certificate (leaf,
+// intermediates, key, trust roots). A Manager caches one Cert per identity,
+// fetching it from an Issuer (certs/localca locally, istiod's CA in a
+// cluster) with single flight, and renewing it at half-life while Run runs.
+//
+// ServerConfig and ClientConfig build the inbound (15008) and outbound HBONE
+// TLS configurations: TLS 1.3, ALPN "h2", mutual authentication with the
+// SPIFFE checks of SPEC §6.5 done in VerifyConnection (crypto/tls's own
+// verification is off because it checks host names, not SPIFFE IDs).
+// PeerIdentity reads the verified peer identity after a handshake.
+//
+// Typical use:
+//
+//	m := certs.NewManager(certs.ManagerConfig{Issuer: ca, Logger: log})
+//	go m.Run(ctx)
+//	srv := certs.ServerConfig(func(ctx context.Context) (*certs.Cert, error) {
+//		return m.Get(ctx, destinationIdentity)
+//	})
+//	c, err := m.Get(ctx, sourceIdentity)
+//	cli := certs.ClientConfig(c, []string{"spiffe://cluster.local/ns/b/sa/b"})
+//	conn := tls.Client(tcpConn, cli) // not tls.Dial: it would set SNI
+package certs

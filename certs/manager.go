@@ -1,0 +1,370 @@
+package certs
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/gozt/gozt/certs/identity"
+)
+
+// Issuer mints certificates (localca in local mode, istiod's CA later).
+// Issue returns a new certificate for id or an error; it must honour ctx.
+// The returned Cert is owned by the caller and never modified afterwards.
+type Issuer interface {
+	Issue(ctx context.Context, id identity.Identity) (*Cert, error)
+}
+
+// ManagerConfig configures a Manager.
+type ManagerConfig struct {
+	Issuer Issuer           // required (NewManager panics if nil)
+	Logger *slog.Logger     // if nil, logs are discarded
+	Now    func() time.Time // if nil, time.Now
+}
+
+// Backoff after a failed issue (SPEC §6.3): 1s, ×2 per failure, ±20%
+// jitter, at most 150s.
+const (
+	backoffStart  = time.Second
+	backoffMax    = 150 * time.Second
+	backoffJitter = 0.2
+)
+
+// maxInFlight bounds concurrent Issue calls (SPEC §6.3: at most 8 CSRs).
+const maxInFlight = 8
+
+// Status strings for State.Status (SPEC §8.2 "certificates" state).
+const (
+	StatusInitializing = "Initializing"
+	StatusAvailable    = "Available"
+	statusUnavailable  = "Unavailable: "
+)
+
+// State is one identity's certificate state, for /config_dump.
+type State struct {
+	Identity identity.Identity
+	Status   string // "Initializing", "Available", or "Unavailable: <error>"
+	Cert     *Cert  // the latest certificate, or nil
+}
+
+// Manager caches one workload certificate per identity, shares one in-flight
+// Issue among concurrent callers, and (while Run runs) renews certificates
+// at half-life with per-identity backoff on failure.
+//
+// Invariants:
+//   - entries holds one *entry per identity the manager knows; Forget
+//     removes it, and a completing Issue updates an entry only if it is
+//     still the one in the map.
+//   - an entry has at most one in-flight Issue (entry.call); Get and the
+//     refresher both join it.
+//   - a cached cert is served until it expires, even while renewal fails.
+type Manager struct {
+	issuer Issuer
+	log    *slog.Logger
+	now    func() time.Time
+	sem    chan struct{} // Issue slots, maxInFlight
+	wake   chan struct{} // 1-buffered: the refresh schedule changed
+
+	mu      sync.Mutex
+	entries map[identity.Identity]*entry
+	running bool // a Run is active
+}
+
+// entry is one identity's cache slot; all fields are guarded by Manager.mu.
+type entry struct {
+	id       identity.Identity
+	cert     *Cert     // latest good certificate, or nil
+	err      error     // last failure since the last success, or nil
+	failures int       // consecutive failures, for backoff
+	next     time.Time // when Run should (re)issue; zero: not scheduled
+	call     *call     // in-flight Issue, or nil
+}
+
+// call is one in-flight Issue; result fields are written before done closes.
+type call struct {
+	done chan struct{}
+	ctx  context.Context // the issuing caller's ctx, to tell its cancellation apart
+	cert *Cert
+	err  error
+}
+
+// NewManager returns a Manager. It panics if cfg.Issuer is nil.
+func NewManager(cfg ManagerConfig) *Manager {
+	if cfg.Issuer == nil {
+		panic("certs: NewManager: nil Issuer")
+	}
+	m := &Manager{
+		issuer:  cfg.Issuer,
+		log:     cfg.Logger,
+		now:     cfg.Now,
+		sem:     make(chan struct{}, maxInFlight),
+		wake:    make(chan struct{}, 1),
+		entries: make(map[identity.Identity]*entry),
+	}
+	if m.log == nil {
+		m.log = slog.New(slog.DiscardHandler)
+	}
+	if m.now == nil {
+		m.now = time.Now
+	}
+	return m
+}
+
+// Get returns a valid certificate for id, issuing one if needed. Concurrent
+// callers for the same id share one in-flight Issue (single flight). A
+// cached cert is returned while valid. If the caller that started the
+// shared Issue gives up (its ctx ends), the others retry themselves. While
+// Run is active and the identity has no valid cert and is backing off after
+// a failure, Get returns that failure at once instead of issuing.
+func (m *Manager) Get(ctx context.Context, id identity.Identity) (*Cert, error) {
+	if id.IsZero() {
+		return nil, fmt.Errorf("%w: zero identity", ErrIdentityMismatch)
+	}
+	for {
+		c, e, cl, leader, err := m.lookup(ctx, id)
+		if c != nil || err != nil {
+			return c, err
+		}
+		if leader {
+			m.issue(e, cl)
+		} else {
+			select {
+			case <-cl.done:
+			case <-ctx.Done():
+				return nil, wrap(ctx.Err())
+			}
+		}
+		if cl.err != nil && cl.ctx.Err() != nil && !leader {
+			continue // the leader gave up, not the issuer; try ourselves
+		}
+		return cl.cert, cl.err
+	}
+}
+
+// lookup returns id's valid cached cert, or its current failure while
+// backing off, or else the in-flight call to wait for, starting one (leader)
+// if there is none.
+func (m *Manager) lookup(ctx context.Context, id identity.Identity) (c *Cert, e *entry, cl *call, leader bool, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e = m.entryLocked(id)
+	now := m.now()
+	if e.cert != nil && e.cert.validAt(now) {
+		return e.cert, e, nil, false, nil
+	}
+	if e.call == nil && e.err != nil && m.running && now.Before(e.next) {
+		// Failing and backing off: fail fast with the reason rather than
+		// send every new connection's request to a CA that is down; Run
+		// retries on schedule (SPEC §6.3, TESTPLAN F8).
+		return nil, e, nil, false, e.err
+	}
+	if e.call != nil {
+		return nil, e, e.call, false, nil
+	}
+	return nil, e, m.startLocked(ctx, e), true, nil
+}
+
+// entryLocked returns id's entry, creating it if needed.
+func (m *Manager) entryLocked(id identity.Identity) *entry {
+	e := m.entries[id]
+	if e == nil {
+		e = &entry{id: id}
+		m.entries[id] = e
+	}
+	return e
+}
+
+// startLocked registers a new in-flight call on e, issued under ctx.
+func (m *Manager) startLocked(ctx context.Context, e *entry) *call {
+	cl := &call{done: make(chan struct{}), ctx: ctx}
+	e.call = cl
+	return cl
+}
+
+// issue runs cl's Issue (bounded by the in-flight limit), records the
+// outcome on e and releases cl's waiters.
+func (m *Manager) issue(e *entry, cl *call) {
+	cert, err := m.issueOne(cl.ctx, e.id)
+	cl.cert, cl.err = cert, err
+
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e.call = nil
+	close(cl.done)
+	if m.entries[e.id] != e {
+		return // forgotten meanwhile
+	}
+	now := m.now()
+	switch {
+	case err == nil:
+		e.cert, e.err, e.failures = cert, nil, 0
+		e.next = cert.RefreshTime()
+		m.log.Debug("certificate issued", "identity", e.id.String(), "notAfter", cert.NotAfter(), "refresh", e.next)
+	case cl.ctx.Err() != nil:
+		// The caller gave up; that says nothing about the CA. If a cert
+		// exists, make sure its renewal is still scheduled.
+		if e.cert != nil && e.next.IsZero() {
+			e.next = now
+		}
+	default:
+		e.failures++
+		e.err = err
+		e.next = now.Add(backoff(e.failures))
+		if e.cert != nil && e.cert.validAt(now) && e.cert.NotAfter().Before(e.next) {
+			e.next = e.cert.NotAfter() // retry no later than expiry (SPEC §6.3)
+		}
+		m.log.Warn("certificate fetch failed", "identity", e.id.String(), "failures", e.failures,
+			"retry", e.next, "error", err)
+	}
+	m.wakeLocked()
+}
+
+// issueOne calls the issuer once and checks what it returned.
+func (m *Manager) issueOne(ctx context.Context, id identity.Identity) (*Cert, error) {
+	select {
+	case m.sem <- struct{}{}:
+		defer func() { <-m.sem }()
+	case <-ctx.Done():
+		return nil, wrap(ctx.Err())
+	}
+	cert, err := m.issuer.Issue(ctx, id)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("certs: issue %v: %w", id, err)
+	case cert == nil:
+		return nil, fmt.Errorf("certs: issue %v: issuer returned no certificate", id)
+	case cert.Identity != id:
+		return nil, fmt.Errorf("%w: issued for %v, requested %v", ErrIdentityMismatch, cert.Identity, id)
+	case !cert.validAt(m.now()):
+		return nil, fmt.Errorf("certs: issue %v: %w (notAfter %v)", id, ErrExpired, cert.NotAfter())
+	}
+	return cert, nil
+}
+
+// backoff returns the delay before retry number n (n ≥ 1).
+func backoff(n int) time.Duration {
+	d := backoffStart
+	for i := 1; i < n && d < backoffMax; i++ {
+		d *= 2
+	}
+	d = time.Duration(float64(d) * (1 - backoffJitter + 2*backoffJitter*rand.Float64()))
+	return min(d, backoffMax)
+}
+
+// wakeLocked tells Run that the schedule changed.
+func (m *Manager) wakeLocked() {
+	select {
+	case m.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Forget drops id's cached certificate and stops renewing it. An Issue in
+// flight for id still completes for its waiters but is not cached.
+func (m *Manager) Forget(id identity.Identity) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.entries, id)
+}
+
+// States lists every identity the manager knows, sorted by identity string,
+// for /config_dump.
+func (m *Manager) States() []State {
+	m.mu.Lock()
+	now := m.now()
+	out := make([]State, 0, len(m.entries))
+	for _, e := range m.entries {
+		out = append(out, State{Identity: e.id, Status: e.statusLocked(now), Cert: e.cert})
+	}
+	m.mu.Unlock()
+	slices.SortFunc(out, func(a, b State) int {
+		return cmp.Compare(a.Identity.String(), b.Identity.String())
+	})
+	return out
+}
+
+// statusLocked is e's State.Status at now.
+func (e *entry) statusLocked(now time.Time) string {
+	switch {
+	case e.cert != nil && e.cert.validAt(now):
+		return StatusAvailable
+	case e.err != nil:
+		return statusUnavailable + e.err.Error()
+	case e.cert != nil:
+		return statusUnavailable + ErrExpired.Error()
+	}
+	return StatusInitializing
+}
+
+// Run refreshes cached certificates at half-life until ctx is done; on
+// failure it keeps serving the old still-valid cert and retries with
+// backoff (1s ×2 ±20% jitter, max 150s). It returns nil after ctx is done,
+// only once every goroutine it started has exited, or ErrManagerRunning if
+// another Run is active.
+func (m *Manager) Run(ctx context.Context) error {
+	m.mu.Lock()
+	if m.running {
+		m.mu.Unlock()
+		return ErrManagerRunning
+	}
+	m.running = true
+	m.mu.Unlock()
+
+	var wg sync.WaitGroup
+	defer func() {
+		wg.Wait()
+		m.mu.Lock()
+		m.running = false
+		m.mu.Unlock()
+	}()
+
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		wait := m.startDue(ctx, &wg)
+		timer.Reset(wait)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-m.wake:
+		case <-timer.C:
+		}
+	}
+}
+
+// idleWait is how long Run sleeps when nothing is scheduled (a wake-up
+// arrives as soon as something is).
+const idleWait = time.Hour
+
+// startDue starts a refresh for every entry that is due and has no Issue in
+// flight, and returns how long to wait until the next one is due.
+func (m *Manager) startDue(ctx context.Context, wg *sync.WaitGroup) time.Duration {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.now()
+	wait := idleWait
+	for _, e := range m.entries {
+		if e.next.IsZero() || e.call != nil {
+			continue
+		}
+		if d := e.next.Sub(now); d > 0 {
+			wait = min(wait, d)
+			continue
+		}
+		e.next = time.Time{} // issue() schedules the next one
+		cl := m.startLocked(ctx, e)
+		wg.Go(func() { m.refresh(e, cl) })
+	}
+	return wait
+}
+
+// refresh renews one entry in the background; it is a named function so it
+// shows up in goroutine dumps.
+func (m *Manager) refresh(e *entry, cl *call) {
+	m.issue(e, cl)
+}
