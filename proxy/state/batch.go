@@ -1,0 +1,620 @@
+package state
+
+import (
+	"cmp"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/gozt/gozt/rbac"
+)
+
+// Batch collects changes for one Store.Update. It is used by one goroutine
+// and must not be kept after the Update callback returns.
+//
+// Copy-on-write: next starts as a shallow copy of the base snapshot; the
+// first change to each table clones it (the own* flags), and per-key inner
+// maps and slices are replaced, never mutated in place, unless they were
+// created in this batch (ownedMembers, fresh).
+type Batch struct {
+	base *Snapshot
+	next *Snapshot
+	done bool
+
+	changed bool
+
+	ownWorkloads, ownByIP, ownByName, ownServices, ownByVIP, ownByHostname bool
+	ownPolicies, ownNSPolicies, ownMembers                                 bool
+
+	chWorkloads map[string]bool // uids changed in this batch
+	chPolicies  map[string]bool // policy keys changed in this batch
+	reset       bool
+
+	ownedMembers map[string]bool // members[key] maps created in this batch
+	fresh        map[string]bool // services[key] values created in this batch
+	dirty        map[string]bool // service keys whose endpoints or definition changed
+}
+
+func newBatch(base *Snapshot) *Batch {
+	next := *base
+	return &Batch{
+		base:         base,
+		next:         &next,
+		chWorkloads:  map[string]bool{},
+		chPolicies:   map[string]bool{},
+		ownedMembers: map[string]bool{},
+		fresh:        map[string]bool{},
+		dirty:        map[string]bool{},
+	}
+}
+
+func (b *Batch) checkOpen() {
+	if b.done {
+		panic("state: Batch used after Update returned")
+	}
+}
+
+// commit finishes the batch and returns the snapshot to publish, or nil if
+// nothing changed.
+func (b *Batch) commit() *Snapshot {
+	b.done = true
+	if !b.changed {
+		return nil
+	}
+	for key := range b.dirty {
+		b.refreshService(key)
+	}
+	b.next.gen = b.base.gen + 1
+	b.next.changes = Changes{
+		Reset:     b.reset,
+		Workloads: slices.Sorted(maps.Keys(b.chWorkloads)),
+		Services:  slices.Sorted(maps.Keys(b.dirty)),
+		Policies:  slices.Sorted(maps.Keys(b.chPolicies)),
+	}
+	return b.next
+}
+
+// Reset removes every workload, service, policy and staged endpoint, so that
+// the rest of the batch rebuilds the state from scratch (local config).
+func (b *Batch) Reset() {
+	b.checkOpen()
+	fresh := emptySnapshot()
+	fresh.gen = b.base.gen
+	b.next = fresh
+	b.ownWorkloads, b.ownByIP, b.ownByName, b.ownServices, b.ownByVIP = true, true, true, true, true
+	b.ownByHostname, b.ownPolicies, b.ownNSPolicies, b.ownMembers = true, true, true, true
+	clear(b.ownedMembers)
+	clear(b.fresh)
+	clear(b.dirty)
+	clear(b.chWorkloads)
+	clear(b.chPolicies)
+	b.reset = true
+	b.changed = true
+}
+
+// InsertWorkload adds w, replacing any workload with the same uid, and
+// updates the endpoints of the services it names. It returns an error, and
+// changes nothing, if w is invalid. The store keeps its own copy of w with
+// addresses normalised (Unmap); w's maps and slices are shared, so the
+// caller must not modify them afterwards.
+func (b *Batch) InsertWorkload(w *Workload) error {
+	b.checkOpen()
+	if err := validateWorkload(w); err != nil {
+		return err
+	}
+	wc := normalizeWorkload(w)
+	old := b.next.workloads[wc.UID]
+	b.ownWorkloadTable()
+	b.next.workloads[wc.UID] = wc
+	b.reindexWorkloadIPs(old, wc)
+	b.reindexWorkloadName(old, wc)
+	b.updateEndpoints(old, wc)
+	b.chWorkloads[wc.UID] = true
+	b.changed = true
+	return nil
+}
+
+// RemoveWorkload removes the workload with the given uid and its endpoints.
+// It reports whether the workload existed.
+func (b *Batch) RemoveWorkload(uid string) bool {
+	b.checkOpen()
+	old := b.next.workloads[uid]
+	if old == nil {
+		return false
+	}
+	b.ownWorkloadTable()
+	delete(b.next.workloads, uid)
+	b.reindexWorkloadIPs(old, nil)
+	b.reindexWorkloadName(old, nil)
+	b.updateEndpoints(old, nil)
+	b.chWorkloads[uid] = true
+	b.changed = true
+	return true
+}
+
+// InsertService adds s, replacing any service with the same key. Endpoints
+// come from workloads: staged endpoints attach when the service arrives and
+// a replaced service keeps its endpoints. It returns an error, and changes
+// nothing, if s is invalid. The store keeps its own copy of s; s.Endpoints
+// is ignored; s's other maps and slices are shared, so the caller must not
+// modify them afterwards.
+func (b *Batch) InsertService(s *Service) error {
+	b.checkOpen()
+	if err := validateService(s); err != nil {
+		return err
+	}
+	sc := normalizeService(s)
+	key := sc.Key()
+	old := b.next.services[key]
+	b.ownServiceTable()
+	b.next.services[key] = sc
+	b.fresh[key] = true
+	b.dirty[key] = true
+	b.reindexServiceVIPs(key, old, sc)
+	b.changed = true
+	return nil
+}
+
+// RemoveService removes the service "namespace/hostname". Endpoints that
+// workloads still declare for it become staged again. It reports whether
+// the service existed.
+func (b *Batch) RemoveService(key string) bool {
+	b.checkOpen()
+	old := b.next.services[key]
+	if old == nil {
+		return false
+	}
+	b.ownServiceTable()
+	delete(b.next.services, key)
+	delete(b.fresh, key)
+	b.dirty[key] = true
+	b.reindexServiceVIPs(key, old, nil)
+	b.changed = true
+	return true
+}
+
+// InsertPolicy adds p, replacing any policy with the same key and moving its
+// index entry if its scope or namespace changed (TESTPLAN S3). It returns an
+// error, and changes nothing, if p is invalid. The store keeps p itself: the
+// caller must not modify it afterwards.
+func (b *Batch) InsertPolicy(p *rbac.Policy) error {
+	b.checkOpen()
+	if err := validatePolicy(p); err != nil {
+		return err
+	}
+	key := p.Key()
+	old := b.next.policies[key]
+	if !b.ownPolicies {
+		b.next.policies = maps.Clone(b.next.policies)
+		b.ownPolicies = true
+	}
+	b.next.policies[key] = p
+	if old != nil {
+		b.unindexPolicy(old)
+	}
+	b.indexPolicy(p)
+	b.chPolicies[key] = true
+	b.changed = true
+	return nil
+}
+
+// RemovePolicy removes the policy "namespace/name" and reports whether it
+// existed.
+func (b *Batch) RemovePolicy(key string) bool {
+	b.checkOpen()
+	old := b.next.policies[key]
+	if old == nil {
+		return false
+	}
+	if !b.ownPolicies {
+		b.next.policies = maps.Clone(b.next.policies)
+		b.ownPolicies = true
+	}
+	delete(b.next.policies, key)
+	b.unindexPolicy(old)
+	b.chPolicies[key] = true
+	b.changed = true
+	return true
+}
+
+// Remove applies an xDS removal by resource name: it tries name as a
+// workload uid, then as a service key, then as a policy key (SPEC §5.3), and
+// reports whether anything was removed.
+func (b *Batch) Remove(name string) bool {
+	return b.RemoveWorkload(name) || b.RemoveService(name) || b.RemovePolicy(name)
+}
+
+// Snapshot returns the state as changed so far in this batch, for reading
+// only (for example to look up the service a workload refers to). It is
+// valid only until the next change to the batch; endpoints of services
+// changed in this batch are brought up to date only when the batch commits.
+func (b *Batch) Snapshot() *Snapshot {
+	b.checkOpen()
+	return b.next
+}
+
+// --- workloads ---
+
+func (b *Batch) ownWorkloadTable() {
+	if !b.ownWorkloads {
+		b.next.workloads = maps.Clone(b.next.workloads)
+		b.ownWorkloads = true
+	}
+}
+
+// ipRank orders workloads sharing an IP (SPEC §3.4): lower is preferred.
+func ipRank(w *Workload) int {
+	pod, hbone := w.IsPod(), w.Protocol == HBONE
+	switch {
+	case pod && hbone:
+		return 0
+	case pod:
+		return 1
+	case hbone:
+		return 2
+	}
+	return 3
+}
+
+func compareByIPPreference(a, b *Workload) int {
+	if c := cmp.Compare(ipRank(a), ipRank(b)); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.UID, b.UID)
+}
+
+// ipIndexed reports whether w is indexed by IP (HostNetwork workloads are not).
+func ipIndexed(w *Workload) bool { return w != nil && w.NetworkMode != HostNetwork }
+
+func (b *Batch) reindexWorkloadIPs(old, w *Workload) {
+	var keys []ipKey
+	if ipIndexed(old) {
+		for _, a := range old.Addresses {
+			keys = append(keys, ipKey{old.Network, a})
+		}
+	}
+	if ipIndexed(w) {
+		for _, a := range w.Addresses {
+			keys = append(keys, ipKey{w.Network, a})
+		}
+	}
+	if len(keys) == 0 {
+		return
+	}
+	if !b.ownByIP {
+		b.next.byIP = maps.Clone(b.next.byIP)
+		b.ownByIP = true
+	}
+	for i, k := range keys {
+		if slices.Contains(keys[:i], k) {
+			continue
+		}
+		b.reindexIP(k, old, w)
+	}
+}
+
+// reindexIP rebuilds the list at k without old and with w (if w has k).
+func (b *Batch) reindexIP(k ipKey, old, w *Workload) {
+	cur := b.next.byIP[k]
+	l := make([]*Workload, 0, len(cur)+1)
+	for _, x := range cur {
+		if x != old && (w == nil || x.UID != w.UID) {
+			l = append(l, x)
+		}
+	}
+	if ipIndexed(w) && w.Network == k.network && slices.Contains(w.Addresses, k.addr) {
+		l = append(l, w)
+	}
+	if len(l) == 0 {
+		delete(b.next.byIP, k)
+		return
+	}
+	slices.SortFunc(l, compareByIPPreference)
+	b.next.byIP[k] = l
+}
+
+// reindexWorkloadName replaces old with w (either may be nil) in the name
+// index.
+func (b *Batch) reindexWorkloadName(old, w *Workload) {
+	if !b.ownByName {
+		b.next.byName = maps.Clone(b.next.byName)
+		b.ownByName = true
+	}
+	if old != nil {
+		k := nameKey{old.Namespace, old.Name}
+		l := slices.DeleteFunc(slices.Clone(b.next.byName[k]), func(x *Workload) bool { return x.UID == old.UID })
+		if len(l) == 0 {
+			delete(b.next.byName, k)
+		} else {
+			b.next.byName[k] = l
+		}
+	}
+	if w != nil {
+		k := nameKey{w.Namespace, w.Name}
+		cur := b.next.byName[k]
+		l := make([]*Workload, 0, len(cur)+1)
+		l = append(append(l, cur...), w)
+		slices.SortFunc(l, func(a, b *Workload) int { return cmp.Compare(a.UID, b.UID) })
+		b.next.byName[k] = l
+	}
+}
+
+// --- endpoints ---
+
+// updateEndpoints replaces old's endpoints with w's (either may be nil).
+func (b *Batch) updateEndpoints(old, w *Workload) {
+	if old != nil {
+		for key := range old.Services {
+			if w != nil {
+				if _, ok := w.Services[key]; ok {
+					continue
+				}
+			}
+			b.deleteMember(key, old.UID)
+		}
+	}
+	if w == nil {
+		return
+	}
+	for key, ports := range w.Services {
+		ep := Endpoint{WorkloadUID: w.UID, Ports: ports, Status: w.Status}
+		if cur, ok := b.next.members[key][w.UID]; ok && cur.Status == ep.Status && maps.Equal(cur.Ports, ep.Ports) {
+			continue
+		}
+		b.memberMap(key)[w.UID] = ep
+		b.dirty[key] = true
+	}
+}
+
+// memberMap returns a members[key] map that this batch may modify.
+func (b *Batch) memberMap(key string) map[string]Endpoint {
+	if !b.ownMembers {
+		b.next.members = maps.Clone(b.next.members)
+		b.ownMembers = true
+	}
+	m := b.next.members[key]
+	if !b.ownedMembers[key] {
+		if m == nil {
+			m = map[string]Endpoint{}
+		} else {
+			m = maps.Clone(m)
+		}
+		b.next.members[key] = m
+		b.ownedMembers[key] = true
+	}
+	return m
+}
+
+func (b *Batch) deleteMember(key, uid string) {
+	if _, ok := b.next.members[key][uid]; !ok {
+		return
+	}
+	m := b.memberMap(key)
+	delete(m, uid)
+	if len(m) == 0 {
+		delete(b.next.members, key)
+		delete(b.ownedMembers, key)
+	}
+	b.dirty[key] = true
+}
+
+// --- services ---
+
+func (b *Batch) ownServiceTable() {
+	if !b.ownServices {
+		b.next.services = maps.Clone(b.next.services)
+		b.ownServices = true
+	}
+}
+
+// refreshService brings services[key].Endpoints and the hostname index up to
+// date at commit.
+func (b *Batch) refreshService(key string) {
+	svc := b.next.services[key]
+	if svc != nil {
+		if !b.fresh[key] {
+			c := *svc
+			svc = &c
+		}
+		svc.Endpoints = admittedEndpoints(svc, b.next.members[key])
+		b.ownServiceTable()
+		b.next.services[key] = svc
+	}
+	b.reindexHostname(key, svc)
+}
+
+// admittedEndpoints returns the endpoints svc stores: all of eps if every one
+// is admitted (sharing the map), else a filtered copy.
+func admittedEndpoints(svc *Service, eps map[string]Endpoint) map[string]Endpoint {
+	n := 0
+	for _, ep := range eps {
+		if svc.admits(ep.Status) {
+			n++
+		}
+	}
+	if n == len(eps) {
+		if eps == nil {
+			return map[string]Endpoint{}
+		}
+		return eps
+	}
+	out := make(map[string]Endpoint, n)
+	for uid, ep := range eps {
+		if svc.admits(ep.Status) {
+			out[uid] = ep
+		}
+	}
+	return out
+}
+
+// reindexHostname replaces the entry for key in the hostname index with svc
+// (nil removes it).
+func (b *Batch) reindexHostname(key string, svc *Service) {
+	hostname := svc.hostnameOr(key)
+	cur := b.next.byHostname[hostname]
+	if svc == nil && !slices.ContainsFunc(cur, func(x *Service) bool { return x.Key() == key }) {
+		return
+	}
+	l := make([]*Service, 0, len(cur)+1)
+	for _, x := range cur {
+		if x.Key() != key {
+			l = append(l, x)
+		}
+	}
+	if svc != nil {
+		l = append(l, svc)
+	}
+	if !b.ownByHostname {
+		b.next.byHostname = maps.Clone(b.next.byHostname)
+		b.ownByHostname = true
+	}
+	if len(l) == 0 {
+		delete(b.next.byHostname, hostname)
+		return
+	}
+	slices.SortFunc(l, func(a, b *Service) int { return cmp.Compare(a.Namespace, b.Namespace) })
+	b.next.byHostname[hostname] = l
+}
+
+// hostnameOr returns s.Hostname, or the hostname part of key if s is nil.
+func (s *Service) hostnameOr(key string) string {
+	if s != nil {
+		return s.Hostname
+	}
+	_, h, _ := strings.Cut(key, "/")
+	return h
+}
+
+// exactVIPs returns the addresses at which s is indexed exactly: its VIPs
+// and any full-length CIDR VIPs.
+func exactVIPs(s *Service) []ipKey {
+	if s == nil {
+		return nil
+	}
+	var ks []ipKey
+	for _, v := range s.VIPs {
+		ks = append(ks, ipKey{v.Network, v.Address})
+	}
+	for _, p := range s.CIDRVIPs {
+		if p.Prefix.IsSingleIP() {
+			ks = append(ks, ipKey{p.Network, p.Prefix.Addr()})
+		}
+	}
+	return ks
+}
+
+func (b *Batch) reindexServiceVIPs(key string, old, s *Service) {
+	oldKeys, newKeys := exactVIPs(old), exactVIPs(s)
+	if len(oldKeys)+len(newKeys) > 0 && !b.ownByVIP {
+		b.next.byVIP = maps.Clone(b.next.byVIP)
+		b.ownByVIP = true
+	}
+	for _, k := range oldKeys {
+		if !slices.Contains(newKeys, k) {
+			l := slices.DeleteFunc(slices.Clone(b.next.byVIP[k]), func(x string) bool { return x == key })
+			if len(l) == 0 {
+				delete(b.next.byVIP, k)
+			} else {
+				b.next.byVIP[k] = l
+			}
+		}
+	}
+	for i, k := range newKeys {
+		// A service keeps its position (first seen) at a VIP it already had.
+		if slices.Contains(newKeys[:i], k) || slices.Contains(b.next.byVIP[k], key) {
+			continue
+		}
+		cur := b.next.byVIP[k]
+		l := make([]string, len(cur), len(cur)+1)
+		copy(l, cur)
+		b.next.byVIP[k] = append(l, key)
+	}
+	b.reindexCIDRs(key, old, s)
+}
+
+func (b *Batch) reindexCIDRs(key string, old, s *Service) {
+	hasCIDR := func(x *Service) bool {
+		if x == nil {
+			return false
+		}
+		for _, p := range x.CIDRVIPs {
+			if !p.Prefix.IsSingleIP() {
+				return true
+			}
+		}
+		return false
+	}
+	if !hasCIDR(old) && !hasCIDR(s) {
+		return
+	}
+	// Keep the position of entries that stay (first seen), drop removed
+	// ones, append new ones.
+	var want []cidrEntry
+	if s != nil {
+		for _, p := range s.CIDRVIPs {
+			if !p.Prefix.IsSingleIP() {
+				want = append(want, cidrEntry{p.Network, p.Prefix, key})
+			}
+		}
+	}
+	l := make([]cidrEntry, 0, len(b.next.cidrs)+len(want))
+	for _, e := range b.next.cidrs {
+		if e.key != key {
+			l = append(l, e)
+		} else if i := slices.Index(want, e); i >= 0 {
+			l = append(l, e)
+			want = slices.Delete(want, i, i+1)
+		}
+	}
+	b.next.cidrs = append(l, want...)
+}
+
+// --- policies ---
+
+func (b *Batch) indexPolicy(p *rbac.Policy) {
+	switch p.Scope {
+	case rbac.Namespace:
+		b.ownNSPolicyTable()
+		b.next.nsPolicies[p.Namespace] = insertSorted(b.next.nsPolicies[p.Namespace], p)
+	case rbac.Global:
+		b.next.global = insertSorted(b.next.global, p)
+	}
+}
+
+func (b *Batch) unindexPolicy(p *rbac.Policy) {
+	key := p.Key()
+	drop := func(l []*rbac.Policy) []*rbac.Policy {
+		return slices.DeleteFunc(slices.Clone(l), func(x *rbac.Policy) bool { return x.Key() == key })
+	}
+	switch p.Scope {
+	case rbac.Namespace:
+		b.ownNSPolicyTable()
+		if l := drop(b.next.nsPolicies[p.Namespace]); len(l) > 0 {
+			b.next.nsPolicies[p.Namespace] = l
+		} else {
+			delete(b.next.nsPolicies, p.Namespace)
+		}
+	case rbac.Global:
+		if l := drop(b.next.global); len(l) > 0 {
+			b.next.global = l
+		} else {
+			b.next.global = nil
+		}
+	}
+}
+
+func (b *Batch) ownNSPolicyTable() {
+	if !b.ownNSPolicies {
+		b.next.nsPolicies = maps.Clone(b.next.nsPolicies)
+		b.ownNSPolicies = true
+	}
+}
+
+// insertSorted returns a new slice holding l and p, sorted by key.
+func insertSorted(l []*rbac.Policy, p *rbac.Policy) []*rbac.Policy {
+	out := make([]*rbac.Policy, 0, len(l)+1)
+	out = append(out, l...)
+	out = append(out, p)
+	slices.SortFunc(out, comparePolicies)
+	return out
+}

@@ -1,0 +1,282 @@
+package state
+
+import (
+	"cmp"
+	"net/netip"
+	"slices"
+
+	"github.com/gozt/gozt/rbac"
+)
+
+// ipKey indexes an address on a network. Both fields are comparable, so a
+// map lookup with it allocates nothing.
+type ipKey struct {
+	network string
+	addr    netip.Addr
+}
+
+// nameKey indexes workloads by namespace and name.
+type nameKey struct {
+	namespace, name string
+}
+
+// cidrEntry is one CIDR VIP of a service.
+type cidrEntry struct {
+	network string
+	prefix  netip.Prefix
+	key     string // service key
+}
+
+var _ rbac.Source = (*Snapshot)(nil)
+
+// Snapshot is an immutable view of the store at one point in time.
+//
+// Invariants:
+//   - Nothing reachable from a published Snapshot is ever modified; a Batch
+//     copies every map or slice it changes (copy-on-write per batch).
+//   - byIP holds only Standard-network-mode workloads, each list ordered by
+//     preference (SPEC §3.4): Pod with HBONE, Pod, HBONE, any; then by uid.
+//   - byVIP and cidrs hold service keys, resolved through services, so a
+//     service whose endpoints change only needs its services entry replaced.
+//   - byHostname lists are ordered by namespace and point at the current
+//     services entries.
+//   - members holds every endpoint named by any workload, healthy or not,
+//     whether or not the service exists; Service.Endpoints is derived from it
+//     (filtered by health policy) and stagedEndpoints is the part whose
+//     service has not arrived.
+//   - nsPolicies holds only Namespace-scoped policies and global only
+//     Global-scoped ones, each sorted by key.
+type Snapshot struct {
+	gen        uint64
+	workloads  map[string]*Workload
+	byIP       map[ipKey][]*Workload
+	byName     map[nameKey][]*Workload
+	services   map[string]*Service
+	byVIP      map[ipKey][]string
+	cidrs      []cidrEntry
+	byHostname map[string][]*Service
+	policies   map[string]*rbac.Policy
+	nsPolicies map[string][]*rbac.Policy
+	global     []*rbac.Policy
+	members    map[string]map[string]Endpoint
+	changes    Changes
+}
+
+// Changes says what the update that published a snapshot changed, so that
+// Config.OnUpdate consumers (RBAC re-check, certificate prefetch) need not
+// diff whole snapshots.
+type Changes struct {
+	// Reset reports whether the update started with Batch.Reset: then
+	// anything may have changed, including removals not listed below.
+	Reset bool
+	// Workloads lists the uids inserted, replaced or removed, sorted.
+	Workloads []string
+	// Services lists the service keys whose definition or endpoints
+	// (staged ones included) changed, sorted.
+	Services []string
+	// Policies lists the policy keys inserted, replaced or removed, sorted.
+	Policies []string
+}
+
+// Changes returns what the update that published s changed (nothing for
+// the initial empty snapshot). The slices are shared: do not modify them.
+func (s *Snapshot) Changes() Changes { return s.changes }
+
+func emptySnapshot() *Snapshot {
+	return &Snapshot{
+		workloads:  map[string]*Workload{},
+		byIP:       map[ipKey][]*Workload{},
+		byName:     map[nameKey][]*Workload{},
+		services:   map[string]*Service{},
+		byVIP:      map[ipKey][]string{},
+		byHostname: map[string][]*Service{},
+		policies:   map[string]*rbac.Policy{},
+		nsPolicies: map[string][]*rbac.Policy{},
+		members:    map[string]map[string]Endpoint{},
+	}
+}
+
+// Generation returns the number of updates published before this snapshot
+// (0 for the empty initial snapshot).
+func (s *Snapshot) Generation() uint64 { return s.gen }
+
+// WorkloadByIP returns the workload with address ip on network, or nil.
+// HostNetwork workloads are not indexed. When several workloads share the
+// address, a Pod speaking HBONE is preferred, then a Pod, then HBONE, then
+// any (SPEC §3.4), ties broken by uid.
+func (s *Snapshot) WorkloadByIP(network string, ip netip.Addr) *Workload {
+	l := s.byIP[ipKey{network, ip.Unmap()}]
+	if len(l) == 0 {
+		return nil
+	}
+	return l[0]
+}
+
+// WorkloadByUID returns the workload with the given uid, or nil.
+func (s *Snapshot) WorkloadByUID(uid string) *Workload { return s.workloads[uid] }
+
+// FindWorkload returns the workload named namespace/name with the given
+// service account (compared after defaulting, see Workload.Identity) on
+// node, or nil; node "" matches any node. It is how a proxy finds the local
+// workload it serves from the pod information istio-cni gives (SPEC §3.1).
+// Several matches (which xDS should not produce) resolve to the lowest uid.
+func (s *Snapshot) FindWorkload(node, namespace, name, serviceAccount string) *Workload {
+	if serviceAccount == "" {
+		serviceAccount = DefaultServiceAccount
+	}
+	for _, w := range s.byName[nameKey{namespace, name}] {
+		if (node == "" || w.Node == node) && (w.ServiceAccount == serviceAccount ||
+			(w.ServiceAccount == "" && serviceAccount == DefaultServiceAccount)) {
+			return w
+		}
+	}
+	return nil
+}
+
+// ServiceByKey returns the service "namespace/hostname", or nil.
+func (s *Snapshot) ServiceByKey(key string) *Service { return s.services[key] }
+
+// ServicesByHostname returns the services with that hostname, ordered by
+// namespace. The slice is shared: do not modify it.
+func (s *Snapshot) ServicesByHostname(hostname string) []*Service {
+	return s.byHostname[hostname]
+}
+
+// visibleTo reports whether a client in namespace clientNS may see svc.
+func visibleTo(svc *Service, clientNS string) bool {
+	return svc.Visibility != Namespace || svc.Namespace == clientNS
+}
+
+// ServiceByVIP returns the service that a client in namespace clientNS
+// reaches at ip on network, or nil (SPEC §3.4). Services with Namespace
+// visibility are hidden from clients in other namespaces. Among exact VIP
+// matches a service in the client's namespace wins, then a canonical one,
+// then the first inserted. With no exact match, CIDR VIPs are ranked by
+// (in the client's namespace, longest prefix, canonical), ties going to the
+// first inserted.
+func (s *Snapshot) ServiceByVIP(network string, ip netip.Addr, clientNS string) *Service {
+	ip = ip.Unmap()
+	var best *Service
+	for _, k := range s.byVIP[ipKey{network, ip}] {
+		svc := s.services[k]
+		if svc == nil || !visibleTo(svc, clientNS) {
+			continue
+		}
+		if clientNS != "" && svc.Namespace == clientNS {
+			return svc
+		}
+		if best == nil || (svc.Canonical && !best.Canonical) {
+			best = svc
+		}
+	}
+	if best != nil {
+		return best
+	}
+	return s.serviceByCIDR(network, ip, clientNS)
+}
+
+// cidrRank orders CIDR VIP candidates; a larger rank is better.
+type cidrRank struct {
+	inNamespace bool
+	bits        int
+	canonical   bool
+}
+
+func (r cidrRank) better(o cidrRank) bool {
+	if r.inNamespace != o.inNamespace {
+		return r.inNamespace
+	}
+	if r.bits != o.bits {
+		return r.bits > o.bits
+	}
+	return r.canonical && !o.canonical
+}
+
+func (s *Snapshot) serviceByCIDR(network string, ip netip.Addr, clientNS string) *Service {
+	var best *Service
+	var bestRank cidrRank
+	for i := range s.cidrs {
+		e := &s.cidrs[i]
+		if e.network != network || !e.prefix.Contains(ip) {
+			continue
+		}
+		svc := s.services[e.key]
+		if svc == nil || !visibleTo(svc, clientNS) {
+			continue
+		}
+		r := cidrRank{clientNS != "" && svc.Namespace == clientNS, e.prefix.Bits(), svc.Canonical}
+		if best == nil || r.better(bestRank) {
+			best, bestRank = svc, r
+		}
+	}
+	return best
+}
+
+// Workloads returns every workload sorted by uid, in a new slice.
+func (s *Snapshot) Workloads() []*Workload {
+	out := make([]*Workload, 0, len(s.workloads))
+	for _, w := range s.workloads {
+		out = append(out, w)
+	}
+	slices.SortFunc(out, func(a, b *Workload) int { return cmp.Compare(a.UID, b.UID) })
+	return out
+}
+
+// Services returns every service sorted by hostname, then namespace, in a
+// new slice.
+func (s *Snapshot) Services() []*Service {
+	out := make([]*Service, 0, len(s.services))
+	for _, svc := range s.services {
+		out = append(out, svc)
+	}
+	slices.SortFunc(out, compareServices)
+	return out
+}
+
+func compareServices(a, b *Service) int {
+	if c := cmp.Compare(a.Hostname, b.Hostname); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.Namespace, b.Namespace)
+}
+
+// Policies returns every policy sorted by key, in a new slice.
+func (s *Snapshot) Policies() []*rbac.Policy {
+	out := make([]*rbac.Policy, 0, len(s.policies))
+	for _, p := range s.policies {
+		out = append(out, p)
+	}
+	slices.SortFunc(out, comparePolicies)
+	return out
+}
+
+func comparePolicies(a, b *rbac.Policy) int { return cmp.Compare(a.Key(), b.Key()) }
+
+// StagedEndpoints returns, per service key whose service has not arrived,
+// the endpoints waiting for it (by workload uid). The inner maps are shared:
+// do not modify them.
+func (s *Snapshot) StagedEndpoints() map[string]map[string]Endpoint {
+	out := map[string]map[string]Endpoint{}
+	for key, eps := range s.members {
+		if _, ok := s.services[key]; !ok {
+			out[key] = eps
+		}
+	}
+	return out
+}
+
+// NamespacePolicies returns the Namespace-scoped policies of namespace ns,
+// sorted by key. The slice is shared: do not modify it.
+func (s *Snapshot) NamespacePolicies(ns string) []*rbac.Policy { return s.nsPolicies[ns] }
+
+// GlobalPolicies returns the Global-scoped policies sorted by key. The slice
+// is shared: do not modify it.
+func (s *Snapshot) GlobalPolicies() []*rbac.Policy { return s.global }
+
+// Policy returns the policy with key "namespace/name", or nil.
+func (s *Snapshot) Policy(key string) *rbac.Policy { return s.policies[key] }
+
+// Counts returns the number of workloads, services and policies.
+func (s *Snapshot) Counts() (workloads, services, policies int) {
+	return len(s.workloads), len(s.services), len(s.policies)
+}
