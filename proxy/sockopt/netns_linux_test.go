@@ -1,0 +1,469 @@
+package sockopt_test
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gozt/gozt/proxy/sockopt"
+)
+
+// Tier-3 tests: real network namespaces, veth pairs, iptables rules. They
+// need root and the ip/iptables tools; without them they skip with a loud
+// message, unless GOZT_REQUIRE_ROOT=1 (CI), where they fail.
+
+// requireRoot skips or fails t when it cannot run namespace tests.
+func requireRoot(t *testing.T, tools ...string) {
+	t.Helper()
+	missing := ""
+	if os.Geteuid() != 0 {
+		missing = "root"
+	} else {
+		for _, tool := range tools {
+			if _, err := exec.LookPath(tool); err != nil {
+				missing = tool
+				break
+			}
+		}
+	}
+	if missing == "" {
+		return
+	}
+	const why = "ROOT-ONLY NAMESPACE TEST %s: needs %s (run as root after `make test-deps`)"
+	if os.Getenv("GOZT_REQUIRE_ROOT") == "1" {
+		t.Fatalf("FAILING "+why+" and GOZT_REQUIRE_ROOT=1", t.Name(), missing)
+	}
+	t.Skipf("SKIPPING "+why+"; GOZT_REQUIRE_ROOT=1 makes this a failure", t.Name(), missing)
+}
+
+// run runs a command and fails t with its output if it fails.
+func run(t *testing.T, args ...string) {
+	t.Helper()
+	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+// uniqueName returns prefix plus random hex, unique per run; at most 15
+// bytes with a short prefix, so it also fits interface names.
+func uniqueName(prefix string) string {
+	b := make([]byte, 4)
+	rand.Read(b)
+	return prefix + hex.EncodeToString(b)
+}
+
+// netns is a network namespace made for one test and deleted after it.
+type netns struct {
+	name string
+	path string
+}
+
+func newNetns(t *testing.T) netns {
+	t.Helper()
+	ns := netns{name: uniqueName("gozt-t-")}
+	ns.path = "/var/run/netns/" + ns.name
+	run(t, "ip", "netns", "add", ns.name)
+	t.Cleanup(func() {
+		// Deleting the namespace also deletes the veth ends in it.
+		if out, err := exec.Command("ip", "netns", "del", ns.name).CombinedOutput(); err != nil {
+			t.Errorf("ip netns del %s: %v\n%s", ns.name, err, out)
+		}
+	})
+	run(t, "ip", "-n", ns.name, "link", "set", "lo", "up")
+	return ns
+}
+
+// exec runs a command inside the namespace, failing t if it fails.
+func (ns netns) exec(t *testing.T, args ...string) {
+	t.Helper()
+	run(t, append([]string{"ip", "netns", "exec", ns.name}, args...)...)
+}
+
+// in runs fn inside ns with sockopt.InNetns, failing t on error.
+func (ns netns) in(t *testing.T, fn func() error) {
+	t.Helper()
+	if err := sockopt.InNetns(ns.path, fn); err != nil {
+		t.Fatalf("in netns %s: %v", ns.name, err)
+	}
+}
+
+// link connects a and b with a veth pair and gives each end its addresses
+// (CIDR strings, IPv6 ones added with nodad so they are usable at once).
+func link(t *testing.T, a netns, aAddrs []string, b netns, bAddrs []string) {
+	t.Helper()
+	ifA, ifB := uniqueName("gza"), uniqueName("gzb")
+	run(t, "ip", "link", "add", ifA, "netns", a.name, "type", "veth", "peer", "name", ifB, "netns", b.name)
+	for _, end := range []struct {
+		ns    netns
+		ifc   string
+		addrs []string
+	}{{a, ifA, aAddrs}, {b, ifB, bAddrs}} {
+		for _, addr := range end.addrs {
+			args := []string{"ip", "-n", end.ns.name, "addr", "add", addr, "dev", end.ifc}
+			if strings.Contains(addr, ":") {
+				args = append(args, "nodad")
+			}
+			run(t, args...)
+		}
+		run(t, "ip", "-n", end.ns.name, "link", "set", end.ifc, "up")
+	}
+}
+
+// acceptOne accepts one connection on ln in the background.
+func acceptOne(ln net.Listener) <-chan net.Conn {
+	ch := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			c = nil
+		}
+		ch <- c
+	}()
+	return ch
+}
+
+// TestOriginalDstRedirected redirects connections with iptables/ip6tables
+// nat REDIRECT rules, as istio-cni does for the outbound port (SPEC §1.3),
+// and checks that OriginalDst recovers the destination before NAT: for IPv4
+// and IPv6 listeners and for IPv4 traffic on a dual-stack listener (an
+// IPv4-mapped socket).
+func TestOriginalDstRedirected(t *testing.T) {
+	requireRoot(t, "ip", "iptables", "ip6tables")
+	client, server := newNetns(t), newNetns(t)
+	link(t, client, []string{"10.99.1.1/24", "fd00:99:1::1/64"}, server, []string{"10.99.1.2/24", "fd00:99:1::2/64"})
+
+	for _, tc := range []struct {
+		name       string
+		listenNet  string
+		listenAddr string
+		target     string // the destination the client dials, redirected to the listener
+	}{
+		{"ipv4", "tcp4", "0.0.0.0:0", "10.99.1.2:80"},
+		{"ipv6", "tcp6", "[::]:0", "[fd00:99:1::2]:443"},
+		{"ipv4-on-dual-stack", "tcp", "[::]:0", "10.99.1.2:8080"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var ln net.Listener
+			client.in(t, func() (err error) {
+				ln, err = net.Listen(tc.listenNet, tc.listenAddr)
+				return err
+			})
+			defer ln.Close()
+			port := ln.Addr().(*net.TCPAddr).Port
+			target := netip.MustParseAddrPort(tc.target)
+			iptables := "iptables"
+			if target.Addr().Is6() {
+				iptables = "ip6tables"
+			}
+			rule := []string{"-t", "nat", "-p", "tcp", "-d", target.Addr().String(),
+				"--dport", fmt.Sprint(target.Port()), "-j", "REDIRECT", "--to-ports", fmt.Sprint(port)}
+			client.exec(t, append([]string{iptables, "-A", "OUTPUT"}, rule...)...)
+			defer client.exec(t, append([]string{iptables, "-D", "OUTPUT"}, rule...)...)
+
+			accepted := acceptOne(ln)
+			var c net.Conn
+			client.in(t, func() (err error) {
+				c, err = net.Dial("tcp", tc.target)
+				return err
+			})
+			defer c.Close()
+			s := <-accepted
+			if s == nil {
+				t.Fatal("accept failed")
+			}
+			defer s.Close()
+
+			dst, ok, err := sockopt.OriginalDst(s.(*net.TCPConn))
+			if err != nil || !ok || dst != target {
+				t.Errorf("OriginalDst(redirected to %v) = %v, %v, %v; want %v, true, nil", s.LocalAddr(), dst, ok, err, target)
+			}
+		})
+	}
+
+	// In the same namespace, with a nat rule (so conntrack tracks every
+	// connection), a connection that no rule redirected has a conntrack
+	// entry naming its own destination, and still reports ok=false.
+	t.Run("not-redirected", func(t *testing.T) {
+		rule := []string{"-t", "nat", "-p", "tcp", "-d", "10.99.1.2", "--dport", "9", "-j", "REDIRECT", "--to-ports", "9"}
+		client.exec(t, append([]string{"iptables", "-A", "OUTPUT"}, rule...)...)
+		defer client.exec(t, append([]string{"iptables", "-D", "OUTPUT"}, rule...)...)
+		var ln net.Listener
+		client.in(t, func() (err error) {
+			ln, err = net.Listen("tcp4", "10.99.1.1:0")
+			return err
+		})
+		defer ln.Close()
+		accepted := acceptOne(ln)
+		var c net.Conn
+		client.in(t, func() (err error) {
+			c, err = net.Dial("tcp4", ln.Addr().String())
+			return err
+		})
+		defer c.Close()
+		s := <-accepted
+		if s == nil {
+			t.Fatal("accept failed")
+		}
+		defer s.Close()
+		if dst, ok, err := sockopt.OriginalDst(s.(*net.TCPConn)); ok || err != nil {
+			t.Errorf("OriginalDst(direct) = %v, %v, %v; want ok=false, nil", dst, ok, err)
+		}
+	})
+}
+
+// TestDialerSpoofsSource dials from a netns with a source address no
+// interface has (10.99.0.5) and checks that the server in another netns
+// sees that address. As with istio-cni (SPEC §1.3), the dialing netns marks
+// the proxy's connections (SO_MARK 0x539 → connmark 0x111) and routes
+// packets of marked connections to the local stack (table 100), so the
+// replies to the spoofed address come back to the socket.
+func TestDialerSpoofsSource(t *testing.T) {
+	requireRoot(t, "ip", "iptables")
+	proxy, server := newNetns(t), newNetns(t)
+	link(t, proxy, []string{"10.99.2.1/24"}, server, []string{"10.99.2.2/24"})
+	run(t, "ip", "-n", server.name, "route", "add", "10.99.0.0/24", "via", "10.99.2.1")
+	proxy.exec(t, "iptables", "-t", "mangle", "-A", "OUTPUT", "-m", "mark", "--mark", "0x539/0xfff",
+		"-j", "CONNMARK", "--set-xmark", "0x111/0xfff")
+	proxy.exec(t, "iptables", "-t", "mangle", "-A", "PREROUTING", "-m", "connmark", "--mark", "0x111/0xfff",
+		"-j", "CONNMARK", "--restore-mark")
+	run(t, "ip", "-n", proxy.name, "rule", "add", "fwmark", "0x111/0xfff", "lookup", "100")
+	run(t, "ip", "-n", proxy.name, "route", "add", "local", "0.0.0.0/0", "dev", "lo", "table", "100")
+
+	spoofed := netip.MustParseAddr("10.99.0.5")
+	var ln net.Listener
+	server.in(t, func() (err error) {
+		ln, err = net.Listen("tcp4", "10.99.2.2:0")
+		return err
+	})
+	defer ln.Close()
+	accepted := acceptOne(ln)
+
+	var c net.Conn
+	proxy.in(t, func() (err error) {
+		if sockopt.IsLocal(spoofed) {
+			return fmt.Errorf("IsLocal(%v) = true in the proxy netns, want false", spoofed)
+		}
+		if !sockopt.IsLocal(netip.MustParseAddr("10.99.2.1")) {
+			return errors.New("IsLocal(10.99.2.1) = false in the proxy netns, want true")
+		}
+		c, err = sockopt.Dialer(spoofed, sockopt.Options{Mark: 0x539}).Dial("tcp4", ln.Addr().String())
+		return err
+	})
+	defer c.Close()
+	s := <-accepted
+	if s == nil {
+		t.Fatal("accept failed")
+	}
+	defer s.Close()
+
+	if got := s.RemoteAddr().(*net.TCPAddr).AddrPort().Addr(); got != spoofed {
+		t.Errorf("server sees source %v, want the spoofed %v", got, spoofed)
+	}
+	// Bytes flow both ways over the spoofed connection.
+	go func() {
+		io.Copy(s, s)
+		s.Close()
+	}()
+	msg := []byte("spoofed hello")
+	if _, err := c.Write(msg); err != nil {
+		t.Fatal(err)
+	}
+	c.(*net.TCPConn).CloseWrite()
+	if got, err := io.ReadAll(c); err != nil || string(got) != string(msg) {
+		t.Errorf("echo over spoofed connection = %q, %v; want %q", got, err, msg)
+	}
+}
+
+// TestInNetns checks that fn runs in the namespace, the caller's namespace
+// is untouched, sockets made inside belong to the namespace, and fn's error
+// and panic come back to the caller.
+func TestInNetns(t *testing.T) {
+	requireRoot(t, "ip")
+	ns := newNetns(t)
+	outside := netnsInode(t)
+
+	var inside uint64
+	var ln net.Listener
+	ns.in(t, func() (err error) {
+		inside = netnsInode(t)
+		ln, err = net.Listen("tcp4", "127.0.0.1:0")
+		return err
+	})
+	defer ln.Close()
+	if inside == outside {
+		t.Errorf("fn ran in netns inode %d, the caller's own", inside)
+	}
+	if got := netnsInode(t); got != outside {
+		t.Errorf("caller's netns changed from %d to %d", outside, got)
+	}
+	// The listener lives in the namespace's own loopback, not ours.
+	if c, err := net.Dial("tcp4", ln.Addr().String()); err == nil {
+		c.Close()
+		t.Errorf("dialed %v from outside the namespace; the listener was not made inside it", ln.Addr())
+	}
+
+	errFn := errors.New("fn failed")
+	if err := sockopt.InNetns(ns.path, func() error { return errFn }); !errors.Is(err, errFn) {
+		t.Errorf("InNetns error = %v, want fn's %v", err, errFn)
+	}
+
+	func() {
+		defer func() {
+			if v := recover(); v != "boom" {
+				t.Errorf("recovered %v, want fn's panic value", v)
+			}
+		}()
+		sockopt.InNetns(ns.path, func() error { panic("boom") })
+		t.Error("InNetns returned after fn panicked")
+	}()
+	if got := netnsInode(t); got != outside {
+		t.Errorf("caller's netns changed from %d to %d after a panic", outside, got)
+	}
+}
+
+// netnsInode returns the inode of the calling thread's network namespace.
+// The goroutine is locked while it looks, so the answer is about one thread.
+func netnsInode(t *testing.T) uint64 {
+	t.Helper()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var st unix.Stat_t
+	if err := unix.Stat("/proc/thread-self/ns/net", &st); err != nil {
+		t.Fatalf("stat netns: %v", err)
+	}
+	return st.Ino
+}
+
+// TestTransparentListener checks that a listener asked for Transparent has
+// IP_TRANSPARENT (IPV6_TRANSPARENT) set and reports it, and that SO_MARK
+// lands on the socket.
+func TestTransparentListener(t *testing.T) {
+	requireRoot(t)
+	for _, addr := range []string{"127.0.0.1:0", "[::1]:0", "[::]:0"} {
+		t.Run(addr, func(t *testing.T) {
+			if probe, err := net.Listen("tcp", addr); err != nil {
+				t.Skipf("cannot listen on %s: %v", addr, err)
+			} else {
+				probe.Close()
+			}
+			for _, transparent := range []bool{true, false} {
+				lc := sockopt.ListenConfig(sockopt.Options{Transparent: transparent, Mark: 0x539})
+				ln, err := lc.Listen(t.Context(), "tcp", addr)
+				if err != nil {
+					t.Fatalf("listen %s: %v", addr, err)
+				}
+				if got := sockopt.TransparentEnabled(ln); got != transparent {
+					t.Errorf("TransparentEnabled(%s, Transparent=%v) = %v", addr, transparent, got)
+				}
+				if mark := soMark(t, ln.(*net.TCPListener)); mark != 0x539 {
+					t.Errorf("SO_MARK on %s = %#x, want 0x539", addr, mark)
+				}
+				ln.Close()
+			}
+		})
+	}
+}
+
+func soMark(t *testing.T, l *net.TCPListener) int {
+	t.Helper()
+	rc, err := l.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mark int
+	var gerr error
+	if err := rc.Control(func(fd uintptr) { mark, gerr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_MARK) }); err != nil {
+		t.Fatal(err)
+	}
+	if gerr != nil {
+		t.Fatal(gerr)
+	}
+	return mark
+}
+
+// TestWithoutNetAdmin checks the unprivileged paths: Transparent is best
+// effort (the listener works, TransparentEnabled says false),
+// RequireTransparent fails, and a spoofing Dialer fails with EPERM before it
+// sends anything. As root the test drops CAP_NET_ADMIN and CAP_NET_RAW
+// (either one allows IP_TRANSPARENT) on one locked thread.
+func TestWithoutNetAdmin(t *testing.T) {
+	withoutNetAdmin(t, func() {
+		lc := sockopt.ListenConfig(sockopt.Options{Transparent: true})
+		ln, err := lc.Listen(t.Context(), "tcp4", "127.0.0.1:0")
+		if err != nil {
+			t.Errorf("best-effort Transparent listen: %v", err)
+		} else {
+			if sockopt.TransparentEnabled(ln) {
+				t.Error("TransparentEnabled = true without CAP_NET_ADMIN")
+			}
+			ln.Close()
+		}
+
+		lc = sockopt.ListenConfig(sockopt.Options{RequireTransparent: true})
+		ln, err = lc.Listen(t.Context(), "tcp4", "127.0.0.1:0")
+		if err == nil {
+			ln.Close()
+			t.Error("RequireTransparent listen succeeded without CAP_NET_ADMIN")
+		} else if !errors.Is(err, unix.EPERM) || !strings.Contains(err.Error(), "IP_TRANSPARENT") {
+			t.Errorf("RequireTransparent listen error = %v, want EPERM naming IP_TRANSPARENT", err)
+		}
+
+		d := sockopt.Dialer(netip.MustParseAddr("192.0.2.9"), sockopt.Options{})
+		if c, err := d.Dial("tcp4", "127.0.0.1:9"); err == nil {
+			c.Close()
+			t.Error("spoofing dial succeeded without CAP_NET_ADMIN")
+		} else if !errors.Is(err, unix.EPERM) {
+			t.Errorf("spoofing dial error = %v, want EPERM", err)
+		}
+	})
+}
+
+// withoutNetAdmin runs fn without CAP_NET_ADMIN and CAP_NET_RAW. Not as root
+// it just runs fn. As root it runs fn on a locked thread whose effective
+// capabilities lack both (capabilities are per thread), and restores them after;
+// fn must not start goroutines that make sockets.
+func withoutNetAdmin(t *testing.T, fn func()) {
+	if os.Geteuid() != 0 {
+		fn()
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread()
+		hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+		var data [2]unix.CapUserData
+		if err := unix.Capget(&hdr, &data[0]); err != nil {
+			t.Errorf("capget: %v", err)
+			runtime.UnlockOSThread()
+			return
+		}
+		saved := data
+		data[0].Effective &^= 1<<unix.CAP_NET_ADMIN | 1<<unix.CAP_NET_RAW
+		if err := unix.Capset(&hdr, &data[0]); err != nil {
+			t.Errorf("capset: %v", err)
+			runtime.UnlockOSThread()
+			return
+		}
+		fn()
+		if err := unix.Capset(&hdr, &saved[0]); err != nil {
+			// Leave the thread locked: the runtime ends it with us.
+			t.Errorf("restore capabilities: %v", err)
+			return
+		}
+		runtime.UnlockOSThread()
+	}()
+	<-done
+}

@@ -1,0 +1,96 @@
+// Package sockopt sets the socket options a ztunnel-compatible proxy needs
+// and reads the ones the kernel sets for it: the original destination of a
+// redirected connection (SO_ORIGINAL_DST), transparent and freebind sockets
+// that accept for and connect from addresses the host does not own
+// (IP_TRANSPARENT, IP_FREEBIND), SO_REUSEPORT for upgrade hand-off and
+// SO_MARK so the redirection rules skip the proxy's own packets (SPEC §1.3,
+// §2.5, §3.1). InNetns runs code inside another network namespace, which is
+// how in-pod listeners and upstream sockets are made.
+//
+// Everything here is Linux-only; on other systems the functions return an
+// error wrapping errors.ErrUnsupported (sockopt_other.go) so the package
+// still builds for development on a laptop.
+package sockopt
+
+import (
+	"net"
+	"net/netip"
+	"time"
+)
+
+// Options are socket options for ListenConfig and Dialer. The zero value
+// sets nothing.
+type Options struct {
+	// Transparent sets IP_TRANSPARENT (IPV6_TRANSPARENT on IPv6 sockets):
+	// a listener accepts connections for addresses it does not own, and a
+	// socket may use a non-local source address. It needs CAP_NET_ADMIN
+	// (or CAP_NET_RAW), so it is best effort unless RequireTransparent is
+	// set; check the outcome on a listener with TransparentEnabled.
+	Transparent bool
+
+	// RequireTransparent makes failing to set Transparent an error instead
+	// of a silent no-op.
+	RequireTransparent bool
+
+	// Freebind sets IP_FREEBIND (IPV6_FREEBIND): the socket may bind an
+	// address that is not (yet) assigned to an interface.
+	Freebind bool
+
+	// ReusePort sets SO_REUSEPORT, so several listeners (an old and a new
+	// proxy during an upgrade, SPEC §1.3) share one port.
+	ReusePort bool
+
+	// Mark sets SO_MARK on the socket's packets (needs CAP_NET_ADMIN).
+	// If zero, no mark is set.
+	Mark uint32
+
+	// KeepAlive is the TCP keep-alive period. If zero, Go's default (15 s)
+	// is used; a negative value turns keep-alives off.
+	KeepAlive time.Duration
+}
+
+// dialTimeout bounds a Dialer's connect (SPEC §2.1: ztunnel's 10 s).
+const dialTimeout = 10 * time.Second
+
+// ListenConfig returns a net.ListenConfig whose Control sets the options o
+// on each listening socket before it binds.
+func ListenConfig(o Options) net.ListenConfig {
+	lc := net.ListenConfig{KeepAlive: o.KeepAlive}
+	if o.any() {
+		lc.Control = listenControl(o)
+	}
+	return lc
+}
+
+// Dialer returns a net.Dialer for upstream connections that takes src as
+// the source address (SPEC §2.5):
+//
+//   - src is not valid: no bind; the kernel picks the source.
+//   - src is local (IsLocal): a plain bind to src, port 0.
+//   - src is not local: bind to src, port 0, with IP_TRANSPARENT and
+//     IP_FREEBIND (IPv6 variants for IPv6), which spoofs the source. That
+//     needs CAP_NET_ADMIN, and replies reach the socket only if policy
+//     routing sends them to the local stack (istio-cni's table 100,
+//     SPEC §1.3). If the options cannot be set, dialing fails with an
+//     error from this package; the caller may then dial without src.
+//
+// Whether src is local is decided in the namespace where the socket is made,
+// when it is made, so a Dialer may be built once and used inside InNetns.
+// An IPv4-mapped IPv6 src is used as IPv4. The options in o are set on every
+// socket; the connect timeout is 10 s; TCP_NODELAY stays on (Go's default).
+func Dialer(src netip.Addr, o Options) *net.Dialer {
+	d := &net.Dialer{Timeout: dialTimeout, KeepAlive: o.KeepAlive}
+	src = src.Unmap()
+	if src.IsValid() {
+		d.LocalAddr = &net.TCPAddr{IP: src.AsSlice(), Zone: src.Zone()}
+	}
+	if src.IsValid() || o.any() {
+		d.Control = dialControl(src, o)
+	}
+	return d
+}
+
+// any reports whether o asks for any option to be set by a Control function.
+func (o Options) any() bool {
+	return o.Transparent || o.RequireTransparent || o.Freebind || o.ReusePort || o.Mark != 0
+}

@@ -1,0 +1,142 @@
+package sockopt_test
+
+import (
+	"errors"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"golang.org/x/sys/unix"
+
+	"github.com/gozt/gozt/proxy/sockopt"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// loopbackConn returns both ends of a TCP connection to a listener on addr.
+func loopbackConn(t *testing.T, network, addr string, d *net.Dialer) (dialed, accepted *net.TCPConn) {
+	t.Helper()
+	ln, err := net.Listen(network, addr)
+	if err != nil {
+		t.Skipf("cannot listen on %s %s: %v", network, addr, err)
+	}
+	defer ln.Close()
+	if d == nil {
+		d = &net.Dialer{}
+	}
+	c, err := d.Dial(network, ln.Addr().String())
+	if err != nil {
+		t.Fatalf("dial %s: %v", ln.Addr(), err)
+	}
+	t.Cleanup(func() { c.Close() })
+	s, err := ln.Accept()
+	if err != nil {
+		t.Fatalf("accept: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return c.(*net.TCPConn), s.(*net.TCPConn)
+}
+
+// TestOriginalDstNotRedirected: a connection no NAT rule touched has no
+// original destination, and that is not an error.
+func TestOriginalDstNotRedirected(t *testing.T) {
+	for _, tc := range []struct{ network, addr string }{
+		{"tcp4", "127.0.0.1:0"},
+		{"tcp6", "[::1]:0"},
+	} {
+		t.Run(tc.network, func(t *testing.T) {
+			_, s := loopbackConn(t, tc.network, tc.addr, nil)
+			dst, ok, err := sockopt.OriginalDst(s)
+			if ok || err != nil {
+				t.Errorf("OriginalDst(not redirected) = %v, %v, %v; want ok=false, nil error", dst, ok, err)
+			}
+		})
+	}
+}
+
+// TestDialerSource checks the source address a Dialer binds: a local src is
+// bound as is (the server sees it), an invalid src binds nothing.
+func TestDialerSource(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		src  netip.Addr
+		want netip.Addr
+	}{
+		{"local", netip.MustParseAddr("127.0.0.2"), netip.MustParseAddr("127.0.0.2")},
+		{"mapped", netip.MustParseAddr("::ffff:127.0.0.3"), netip.MustParseAddr("127.0.0.3")},
+		{"none", netip.Addr{}, netip.MustParseAddr("127.0.0.1")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := sockopt.Dialer(tc.src, sockopt.Options{})
+			if d.Timeout != 10*time.Second {
+				t.Errorf("Dialer timeout = %v, want 10s", d.Timeout)
+			}
+			_, s := loopbackConn(t, "tcp4", "127.0.0.1:0", d)
+			got := s.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
+			if got != tc.want {
+				t.Errorf("server sees source %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestListenConfigReusePort: with ReusePort two listeners share a port;
+// without it the second fails.
+func TestListenConfigReusePort(t *testing.T) {
+	ctx := t.Context()
+	lc := sockopt.ListenConfig(sockopt.Options{ReusePort: true})
+	l1, err := lc.Listen(ctx, "tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("first listener: %v", err)
+	}
+	defer l1.Close()
+	l2, err := lc.Listen(ctx, "tcp4", l1.Addr().String())
+	if err != nil {
+		t.Fatalf("second listener on %v with ReusePort: %v", l1.Addr(), err)
+	}
+	l2.Close()
+
+	plain := sockopt.ListenConfig(sockopt.Options{})
+	if l3, err := plain.Listen(ctx, "tcp4", l1.Addr().String()); !errors.Is(err, unix.EADDRINUSE) {
+		if l3 != nil {
+			l3.Close()
+		}
+		t.Errorf("listener on %v without ReusePort: err = %v, want EADDRINUSE", l1.Addr(), err)
+	}
+}
+
+func TestIsLocal(t *testing.T) {
+	for _, tc := range []struct {
+		ip   string
+		want bool
+	}{
+		{"127.0.0.1", true},
+		{"127.0.0.2", true}, // inside lo's 127.0.0.0/8 local route
+		{"::ffff:127.0.0.1", true},
+		{"192.0.2.77", false}, // TEST-NET-1, never assigned
+		{"2001:db8::77", false},
+		{"0.0.0.0", false},
+		{"::", false},
+		{"224.0.0.1", false},
+		{"255.255.255.255", false},
+	} {
+		if got := sockopt.IsLocal(netip.MustParseAddr(tc.ip)); got != tc.want {
+			t.Errorf("IsLocal(%s) = %v, want %v", tc.ip, got, tc.want)
+		}
+	}
+	if sockopt.IsLocal(netip.Addr{}) {
+		t.Error("IsLocal(invalid) = true")
+	}
+}
+
+func TestInNetnsBadPath(t *testing.T) {
+	called := false
+	err := sockopt.InNetns("/nonexistent/netns", func() error { called = true; return nil })
+	if err == nil || called {
+		t.Errorf("InNetns(missing path) = %v, fn called %v; want an error and no call", err, called)
+	}
+}

@@ -1,0 +1,77 @@
+//go:build !linux
+
+package sockopt
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"syscall"
+)
+
+// errUnsupported is returned for everything this package cannot do outside
+// Linux.
+var errUnsupported = fmt.Errorf("sockopt: %w: not supported on this OS", errors.ErrUnsupported)
+
+// OriginalDst is Linux-only; elsewhere it returns an error wrapping
+// errors.ErrUnsupported.
+func OriginalDst(c *net.TCPConn) (dst netip.AddrPort, ok bool, err error) {
+	return netip.AddrPort{}, false, errUnsupported
+}
+
+type controlFunc = func(network, address string, c syscall.RawConn) error
+
+// listenControl fails for every option but a best-effort Transparent.
+func listenControl(o Options) controlFunc {
+	return func(string, string, syscall.RawConn) error {
+		if o.RequireTransparent || o.Freebind || o.ReusePort || o.Mark != 0 {
+			return errUnsupported
+		}
+		return nil
+	}
+}
+
+// dialControl fails for a non-local source and for the options listenControl
+// rejects.
+func dialControl(src netip.Addr, o Options) controlFunc {
+	lc := listenControl(o)
+	return func(network, address string, c syscall.RawConn) error {
+		if src.IsValid() && !IsLocal(src) {
+			return errUnsupported
+		}
+		return lc(network, address, c)
+	}
+}
+
+// TransparentEnabled reports false: IP_TRANSPARENT is Linux-only.
+func TransparentEnabled(l net.Listener) bool { return false }
+
+// IsLocal reports whether ip is assigned to an interface, or is a loopback
+// address.
+func IsLocal(ip netip.Addr) bool {
+	ip = ip.Unmap()
+	if ip.IsLoopback() {
+		return true
+	}
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return false
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok {
+			if got, ok := netip.AddrFromSlice(n.IP); ok && got.Unmap() == ip.WithZone("") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// InNetns is Linux-only; elsewhere it returns an error wrapping
+// errors.ErrUnsupported without calling fn.
+func InNetns(path string, fn func() error) error { return errUnsupported }
+
+// InNetnsFD is Linux-only; elsewhere it returns an error wrapping
+// errors.ErrUnsupported without calling fn.
+func InNetnsFD(nsfd int, fn func() error) error { return errUnsupported }
