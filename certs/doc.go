@@ -3,8 +3,11 @@
 //
 // A Cert is an immutable, validated SPIFFE workload certificate (leaf,
 // intermediates, key, trust roots). A Manager caches one Cert per identity,
-// fetching it from an Issuer (certs/localca locally, istiod's CA in a
-// cluster) with single flight, and renewing it at half-life while Run runs.
+// fetching it from an Issuer (certs/localca locally, certs/istioca in a
+// cluster) with single flight, prefetching it on request (Prefetch) and
+// renewing it at half-life while Run runs. At most 8 fetches run at once;
+// a caller waiting in Get goes before prefetches, which go before
+// rotations (SPEC §6.3).
 //
 // ServerConfig and ClientConfig build the inbound (15008) and outbound HBONE
 // TLS configurations: TLS 1.3, ALPN "h2", mutual authentication with the

@@ -53,26 +53,32 @@ type State struct {
 }
 
 // Manager caches one workload certificate per identity, shares one in-flight
-// Issue among concurrent callers, and (while Run runs) renews certificates
-// at half-life with per-identity backoff on failure.
+// Issue among concurrent callers, and (while Run runs) prefetches
+// certificates and renews them at half-life with per-identity backoff on
+// failure.
 //
 // Invariants:
 //   - entries holds one *entry per identity the manager knows; Forget
 //     removes it, and a completing Issue updates an entry only if it is
 //     still the one in the map.
-//   - an entry has at most one in-flight Issue (entry.call); Get and the
-//     refresher both join it.
+//   - an entry has at most one in-flight Issue (entry.call); Get and Run
+//     both join it.
 //   - a cached cert is served until it expires, even while renewal fails.
+//   - at most maxInFlight Issue calls run at once; the others wait for a
+//     slot by priority (slots.go): real time (a Get waits) > warmup
+//     (prefetch, or no valid cert) > background (rotation). A Get that
+//     joins a waiting call raises it to real time.
 type Manager struct {
 	issuer Issuer
 	log    *slog.Logger
 	now    func() time.Time
-	sem    chan struct{} // Issue slots, maxInFlight
 	wake   chan struct{} // 1-buffered: the refresh schedule changed
 
 	mu      sync.Mutex
 	entries map[identity.Identity]*entry
-	running bool // a Run is active
+	running bool                   // a Run is active
+	free    int                    // unused Issue slots
+	queue   [numPriorities][]*call // calls waiting for a slot, oldest first
 }
 
 // entry is one identity's cache slot; all fields are guarded by Manager.mu.
@@ -91,6 +97,13 @@ type call struct {
 	ctx  context.Context // the issuing caller's ctx, to tell its cancellation apart
 	cert *Cert
 	err  error
+
+	// Guarded by Manager.mu.
+	prio   priority
+	run    bool               // started by Run (prefetch, rotation, retry)
+	cancel context.CancelFunc // for a Run call: cancels ctx (Forget)
+	queued bool               // waiting in Manager.queue
+	ready  chan struct{}      // closed when a queued call is granted a slot
 }
 
 // NewManager returns a Manager. It panics if cfg.Issuer is nil.
@@ -102,7 +115,7 @@ func NewManager(cfg ManagerConfig) *Manager {
 		issuer:  cfg.Issuer,
 		log:     cfg.Logger,
 		now:     cfg.Now,
-		sem:     make(chan struct{}, maxInFlight),
+		free:    maxInFlight,
 		wake:    make(chan struct{}, 1),
 		entries: make(map[identity.Identity]*entry),
 	}
@@ -120,7 +133,9 @@ func NewManager(cfg ManagerConfig) *Manager {
 // cached cert is returned while valid. If the caller that started the
 // shared Issue gives up (its ctx ends), the others retry themselves. While
 // Run is active and the identity has no valid cert and is backing off after
-// a failure, Get returns that failure at once instead of issuing.
+// a failure, Get returns that failure at once instead of issuing. A Get
+// that must wait for an Issue slot goes before every prefetch and rotation,
+// and raises a prefetch or rotation of id that waits for a slot above them.
 func (m *Manager) Get(ctx context.Context, id identity.Identity) (*Cert, error) {
 	if id.IsZero() {
 		return nil, fmt.Errorf("%w: zero identity", ErrIdentityMismatch)
@@ -164,9 +179,10 @@ func (m *Manager) lookup(ctx context.Context, id identity.Identity) (c *Cert, e 
 		return nil, e, nil, false, e.err
 	}
 	if e.call != nil {
+		m.bumpLocked(e.call) // a caller waits now (SPEC §6.3)
 		return nil, e, e.call, false, nil
 	}
-	return nil, e, m.startLocked(ctx, e), true, nil
+	return nil, e, m.startLocked(ctx, e, prioRealTime), true, nil
 }
 
 // entryLocked returns id's entry, creating it if needed.
@@ -179,9 +195,10 @@ func (m *Manager) entryLocked(id identity.Identity) *entry {
 	return e
 }
 
-// startLocked registers a new in-flight call on e, issued under ctx.
-func (m *Manager) startLocked(ctx context.Context, e *entry) *call {
-	cl := &call{done: make(chan struct{}), ctx: ctx}
+// startLocked registers a new in-flight call on e, issued under ctx at
+// priority prio.
+func (m *Manager) startLocked(ctx context.Context, e *entry, prio priority) *call {
+	cl := &call{done: make(chan struct{}), ctx: ctx, prio: prio}
 	e.call = cl
 	return cl
 }
@@ -189,7 +206,7 @@ func (m *Manager) startLocked(ctx context.Context, e *entry) *call {
 // issue runs cl's Issue (bounded by the in-flight limit), records the
 // outcome on e and releases cl's waiters.
 func (m *Manager) issue(e *entry, cl *call) {
-	cert, err := m.issueOne(cl.ctx, e.id)
+	cert, err := m.issueOne(cl, e.id)
 	cl.cert, cl.err = cert, err
 
 	m.mu.Lock()
@@ -206,9 +223,10 @@ func (m *Manager) issue(e *entry, cl *call) {
 		e.next = cert.RefreshTime()
 		m.log.Debug("certificate issued", "identity", e.id.String(), "notAfter", cert.NotAfter(), "refresh", e.next)
 	case cl.ctx.Err() != nil:
-		// The caller gave up; that says nothing about the CA. If a cert
-		// exists, make sure its renewal is still scheduled.
-		if e.cert != nil && e.next.IsZero() {
+		// The caller gave up (or Run stopped); that says nothing about the
+		// CA. If a cert exists or Run was fetching, make sure a fetch is
+		// still scheduled.
+		if (e.cert != nil || cl.run) && e.next.IsZero() {
 			e.next = now
 		}
 	default:
@@ -224,15 +242,14 @@ func (m *Manager) issue(e *entry, cl *call) {
 	m.wakeLocked()
 }
 
-// issueOne calls the issuer once and checks what it returned.
-func (m *Manager) issueOne(ctx context.Context, id identity.Identity) (*Cert, error) {
-	select {
-	case m.sem <- struct{}{}:
-		defer func() { <-m.sem }()
-	case <-ctx.Done():
-		return nil, wrap(ctx.Err())
+// issueOne calls the issuer once for cl, holding an Issue slot, and
+// checks what it returned.
+func (m *Manager) issueOne(cl *call, id identity.Identity) (*Cert, error) {
+	if err := m.acquire(cl); err != nil {
+		return nil, err
 	}
-	cert, err := m.issuer.Issue(ctx, id)
+	defer m.release()
+	cert, err := m.issuer.Issue(cl.ctx, id)
 	switch {
 	case err != nil:
 		return nil, fmt.Errorf("certs: issue %v: %w", id, err)
@@ -264,11 +281,39 @@ func (m *Manager) wakeLocked() {
 	}
 }
 
-// Forget drops id's cached certificate and stops renewing it. An Issue in
-// flight for id still completes for its waiters but is not cached.
+// Prefetch asks for id's certificate ahead of need (SPEC §6.3 Warmup: a
+// local workload appeared) without waiting for it. Run fetches it at warmup
+// priority, below callers waiting in Get and above rotations; without Run
+// the identity is only registered. Prefetch does nothing for a zero id or
+// for an identity with a valid cert, a fetch in flight, or a failure it is
+// backing off from.
+func (m *Manager) Prefetch(id identity.Identity) {
+	if id.IsZero() {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e := m.entryLocked(id)
+	now := m.now()
+	if e.call != nil || e.err != nil || e.cert != nil && e.cert.validAt(now) {
+		return
+	}
+	if e.next.IsZero() || e.next.After(now) {
+		e.next = now
+	}
+	m.wakeLocked()
+}
+
+// Forget drops id's cached certificate and stops renewing it (the last
+// local workload with id is gone). A prefetch or rotation in flight for id
+// is cancelled; an Issue a Get waits for still completes for its waiters
+// but is not cached.
 func (m *Manager) Forget(id identity.Identity) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if e := m.entries[id]; e != nil && e.call != nil && e.call.cancel != nil && e.call.prio != prioRealTime {
+		e.call.cancel()
+	}
 	delete(m.entries, id)
 }
 
@@ -301,9 +346,10 @@ func (e *entry) statusLocked(now time.Time) string {
 	return StatusInitializing
 }
 
-// Run refreshes cached certificates at half-life until ctx is done; on
-// failure it keeps serving the old still-valid cert and retries with
-// backoff (1s ×2 ±20% jitter, max 150s). It returns nil after ctx is done,
+// Run fetches prefetched identities and refreshes cached certificates at
+// half-life until ctx is done; on failure it keeps serving the old
+// still-valid cert and retries with backoff (1s ×2 ±20% jitter, max 150s,
+// and no later than the cert's expiry). It returns nil after ctx is done,
 // only once every goroutine it started has exited, or ErrManagerRunning if
 // another Run is active.
 func (m *Manager) Run(ctx context.Context) error {
@@ -341,8 +387,9 @@ func (m *Manager) Run(ctx context.Context) error {
 // arrives as soon as something is).
 const idleWait = time.Hour
 
-// startDue starts a refresh for every entry that is due and has no Issue in
-// flight, and returns how long to wait until the next one is due.
+// startDue starts a fetch for every entry that is due and has no Issue in
+// flight (at warmup priority without a valid cert, else background), and
+// returns how long to wait until the next one is due.
 func (m *Manager) startDue(ctx context.Context, wg *sync.WaitGroup) time.Duration {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -357,14 +404,21 @@ func (m *Manager) startDue(ctx context.Context, wg *sync.WaitGroup) time.Duratio
 			continue
 		}
 		e.next = time.Time{} // issue() schedules the next one
-		cl := m.startLocked(ctx, e)
+		prio := prioBackground
+		if e.cert == nil || !e.cert.validAt(now) {
+			prio = prioWarmup
+		}
+		cctx, cancel := context.WithCancel(ctx)
+		cl := m.startLocked(cctx, e, prio)
+		cl.run, cl.cancel = true, cancel
 		wg.Go(func() { m.refresh(e, cl) })
 	}
 	return wait
 }
 
-// refresh renews one entry in the background; it is a named function so it
-// shows up in goroutine dumps.
+// refresh fetches one entry's cert for Run (prefetch, rotation or retry);
+// it is a named function so it shows up in goroutine dumps.
 func (m *Manager) refresh(e *entry, cl *call) {
+	defer cl.cancel()
 	m.issue(e, cl)
 }

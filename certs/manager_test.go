@@ -28,9 +28,11 @@ type fakeIssuer struct {
 
 	mu      sync.Mutex
 	times   []time.Time
-	fail    error              // if non-nil, Issue returns it
-	block   chan struct{}      // if non-nil, Issue waits for it to close (or ctx)
-	issueAs *identity.Identity // if non-nil, issue for this identity instead
+	ids     []identity.Identity // requested identities, in call order
+	fail    error               // if non-nil, Issue returns it
+	block   chan struct{}       // if non-nil, Issue waits for it to close (or ctx)
+	gate    chan struct{}       // if non-nil, Issue waits for one value from it (or ctx)
+	issueAs *identity.Identity  // if non-nil, issue for this identity instead
 }
 
 var errCADown = errors.New("CA unavailable")
@@ -45,11 +47,19 @@ func newFakeIssuer(t testing.TB, ttl time.Duration) *fakeIssuer {
 func (f *fakeIssuer) Issue(ctx context.Context, id identity.Identity) (*certs.Cert, error) {
 	f.mu.Lock()
 	f.times = append(f.times, time.Now())
-	fail, block, as := f.fail, f.block, f.issueAs
+	f.ids = append(f.ids, id)
+	fail, block, gate, as := f.fail, f.block, f.gate, f.issueAs
 	f.mu.Unlock()
 	if block != nil {
 		select {
 		case <-block:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	if gate != nil {
+		select {
+		case <-gate:
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
@@ -86,6 +96,12 @@ func (f *fakeIssuer) calls() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return len(f.times)
+}
+
+func (f *fakeIssuer) callIDs() []identity.Identity {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]identity.Identity(nil), f.ids...)
 }
 
 func (f *fakeIssuer) callTimes() []time.Time {
