@@ -1,0 +1,201 @@
+package xds
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"istio.io/istio/pkg/workloadapi"
+	"istio.io/istio/pkg/workloadapi/security"
+
+	"github.com/gozt/gozt/proxy/state"
+	"github.com/gozt/gozt/rbac"
+)
+
+// decoded is one resource of a response, converted and ready to insert.
+// Exactly one of w, s and p is set.
+type decoded struct {
+	name, version string
+	w             *state.Workload
+	s             *state.Service
+	p             *rbac.Policy
+}
+
+// rejection is one resource that could not be applied.
+type rejection struct {
+	name   string
+	reason error
+}
+
+// handleResponse applies resp to the store and returns the request that
+// answers it: an ACK, or a NACK whose error_detail.message lists every
+// rejected resource as "name: reason; ..." (SPEC §5.1). Valid resources
+// and all removals are applied in one batch even when some are rejected.
+// ack reports whether the answer is an ACK.
+func (c *Client) handleResponse(resp *discoveryv3.DeltaDiscoveryResponse) (req *discoveryv3.DeltaDiscoveryRequest, ack bool) {
+	c.metrics.received(resp)
+	typeURL := resp.GetTypeUrl()
+	req = &discoveryv3.DeltaDiscoveryRequest{TypeUrl: typeURL, ResponseNonce: resp.GetNonce()}
+	held, ok := c.held[typeURL]
+	if !ok {
+		// Not something we subscribed to: refuse it, change nothing.
+		msg := fmt.Sprintf("unsubscribed type %q", typeURL)
+		req.ErrorDetail = status.New(codes.InvalidArgument, msg).Proto()
+		c.log.Warn("xds NACK", "type", typeURL, "nonce", resp.GetNonce(), "error", msg)
+		return req, false
+	}
+	good, rejects := decodeResources(resp)
+	rejects = c.apply(typeURL, held, good, resp.GetRemovedResources(), rejects)
+	c.log.Debug("xds response applied", "type", typeURL, "nonce", resp.GetNonce(),
+		"resources", len(resp.GetResources()), "removed", len(resp.GetRemovedResources()), "rejected", len(rejects))
+	if len(rejects) == 0 {
+		return req, true
+	}
+	msg := nackMessage(rejects)
+	req.ErrorDetail = status.New(codes.InvalidArgument, msg).Proto()
+	c.log.Warn("xds NACK", "type", typeURL, "nonce", resp.GetNonce(), "rejected", len(rejects), "error", msg)
+	return req, false
+}
+
+// maxNACKMessage bounds error_detail.message, so that a push with very many
+// bad resources (TESTPLAN 42) cannot produce a NACK larger than the
+// server accepts.
+const maxNACKMessage = 64 << 10
+
+// nackMessage formats rejects as "name: reason; name: reason", listing as
+// many as fit in maxNACKMessage and then "... and N more".
+func nackMessage(rejects []rejection) string {
+	var b strings.Builder
+	for i, r := range rejects {
+		entry := r.name + ": " + r.reason.Error()
+		if b.Len()+len(entry)+2 > maxNACKMessage {
+			fmt.Fprintf(&b, "; ... and %d more", len(rejects)-i)
+			break
+		}
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(entry)
+	}
+	return b.String()
+}
+
+// apply inserts ok and removes removed in one batch (removals first, so a
+// name both removed and sent ends up present), then brings held up to date.
+// Only names in held are removed from the store. It returns rejects extended with the resources the store refused.
+func (c *Client) apply(typeURL string, held map[string]string, ok []decoded, removed []string, rejects []rejection) []rejection {
+	refused := make([]bool, len(ok))
+	c.cfg.Store.Update(func(b *state.Batch) {
+		for _, name := range removed {
+			if _, ours := held[name]; !ours {
+				// Never received, or put there by another source (the
+				// local config): not ours to remove (TESTPLAN 45).
+				continue
+			}
+			if typeURL == AddressTypeURL {
+				// SPEC §5.3: a workload uid first, then a service key.
+				_ = b.RemoveWorkload(name) || b.RemoveService(name)
+			} else {
+				b.RemovePolicy(name)
+			}
+		}
+		for i, d := range ok {
+			var err error
+			switch {
+			case d.w != nil:
+				err = b.InsertWorkload(d.w)
+			case d.s != nil:
+				err = b.InsertService(d.s)
+			default:
+				err = b.InsertPolicy(d.p)
+			}
+			if err != nil {
+				refused[i] = true
+				rejects = append(rejects, rejection{d.name, err})
+			}
+		}
+	})
+	for _, name := range removed {
+		delete(held, name)
+	}
+	for i, d := range ok {
+		if !refused[i] {
+			held[d.name] = d.version
+		}
+	}
+	return rejects
+}
+
+// decodeResources decodes and converts every resource of resp, off the
+// store lock. A resource is rejected if it has no payload, its payload's
+// type URL is not the response's, it does not decode or convert, its name
+// is not its primary key (workload uid, "namespace/hostname" for services,
+// "namespace/name" for policies: SPEC §5.3), or its name repeats an earlier
+// resource of the same response.
+func decodeResources(resp *discoveryv3.DeltaDiscoveryResponse) (ok []decoded, rejects []rejection) {
+	typeURL := resp.GetTypeUrl()
+	ok = make([]decoded, 0, len(resp.GetResources()))
+	seen := make(map[string]struct{}, len(resp.GetResources()))
+	for _, r := range resp.GetResources() {
+		name := r.GetName()
+		if _, dup := seen[name]; dup {
+			rejects = append(rejects, rejection{name, errors.New("duplicate resource name in one response")})
+			continue
+		}
+		seen[name] = struct{}{}
+		d, err := decodeResource(typeURL, r)
+		if err != nil {
+			rejects = append(rejects, rejection{name, err})
+			continue
+		}
+		ok = append(ok, d)
+	}
+	return ok, rejects
+}
+
+// decodeResource decodes and converts one resource of type typeURL.
+func decodeResource(typeURL string, r *discoveryv3.Resource) (decoded, error) {
+	d := decoded{name: r.GetName(), version: r.GetVersion()}
+	payload := r.GetResource()
+	switch {
+	case payload == nil:
+		return d, errors.New("no resource payload")
+	case payload.GetTypeUrl() != typeURL:
+		return d, fmt.Errorf("payload type %q, want %q", payload.GetTypeUrl(), typeURL)
+	}
+	var key string
+	switch typeURL {
+	case AddressTypeURL:
+		var a workloadapi.Address
+		if err := proto.Unmarshal(payload.GetValue(), &a); err != nil {
+			return d, fmt.Errorf("decode: %w", err)
+		}
+		var err error
+		if d.w, d.s, err = AddressFromProto(&a); err != nil {
+			return d, err
+		}
+		if d.w != nil {
+			key = d.w.UID
+		} else {
+			key = d.s.Key()
+		}
+	case AuthorizationTypeURL:
+		var a security.Authorization
+		if err := proto.Unmarshal(payload.GetValue(), &a); err != nil {
+			return d, fmt.Errorf("decode: %w", err)
+		}
+		var err error
+		if d.p, err = PolicyFromProto(&a); err != nil {
+			return d, err
+		}
+		key = d.p.Key()
+	}
+	if key != d.name {
+		return d, fmt.Errorf("resource name is not the resource's key %q", key)
+	}
+	return d, nil
+}

@@ -1,0 +1,87 @@
+package xds
+
+import (
+	"crypto/tls"
+	"fmt"
+	"runtime"
+	"testing"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/protobuf/types/known/anypb"
+	"istio.io/istio/pkg/workloadapi"
+
+	"github.com/gozt/gozt/proxy/state"
+)
+
+// benchPush builds one Address response with the given numbers of
+// workloads (each an endpoint of one service) and services.
+func benchPush(b *testing.B, workloads, services int) *discoveryv3.DeltaDiscoveryResponse {
+	resp := &discoveryv3.DeltaDiscoveryResponse{TypeUrl: AddressTypeURL, Nonce: "n"}
+	add := func(name string, a *workloadapi.Address) {
+		payload, err := anypb.New(a)
+		if err != nil {
+			b.Fatal(err)
+		}
+		resp.Resources = append(resp.Resources, &discoveryv3.Resource{Name: name, Version: "v1", Resource: payload})
+	}
+	for i := range services {
+		host := fmt.Sprintf("svc%d.ns%d.svc.cluster.local", i, i%50)
+		add(fmt.Sprintf("ns%d/%s", i%50, host), ServiceAddress(&workloadapi.Service{
+			Name: fmt.Sprintf("svc%d", i), Namespace: fmt.Sprintf("ns%d", i%50), Hostname: host,
+			Addresses: []*workloadapi.NetworkAddress{{Address: []byte{10, 96, byte(i >> 8), byte(i)}}},
+			Ports:     []*workloadapi.Port{{ServicePort: 80, TargetPort: 8080}, {ServicePort: 443, TargetPort: 8443}},
+		}))
+	}
+	for i := range workloads {
+		svc := i % services
+		ns := fmt.Sprintf("ns%d", svc%50)
+		uid := fmt.Sprintf("Kubernetes//Pod/%s/pod-%d", ns, i)
+		add(uid, WorkloadAddress(&workloadapi.Workload{
+			Uid: uid, Name: fmt.Sprintf("pod-%d", i), Namespace: ns,
+			Addresses:      [][]byte{{10, byte(i >> 16), byte(i >> 8), byte(i)}},
+			TunnelProtocol: workloadapi.TunnelProtocol_HBONE,
+			ServiceAccount: "sa", Node: fmt.Sprintf("node-%d", i%100),
+			WorkloadType: workloadapi.WorkloadType_POD, WorkloadName: fmt.Sprintf("deploy-%d", svc),
+			CanonicalName: fmt.Sprintf("app-%d", svc), CanonicalRevision: "v1", ClusterId: "Kubernetes",
+			Services: map[string]*workloadapi.PortList{
+				fmt.Sprintf("%s/svc%d.%s.svc.cluster.local", ns, svc, ns): {Ports: []*workloadapi.Port{{ServicePort: 80, TargetPort: 8080}}},
+			},
+		}))
+	}
+	return resp
+}
+
+// benchmarkApplyPush measures decoding, converting and applying one push
+// into an empty store, the work done per response off the data path. It
+// reports time and bytes allocated per workload (services included in the
+// total).
+func benchmarkApplyPush(b *testing.B, workloads, services int) {
+	resp := benchPush(b, workloads, services)
+	b.ReportAllocs()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	b.ResetTimer()
+	for b.Loop() {
+		st := state.NewStore(state.Config{})
+		c, err := NewClient(Config{Address: "https://istiod:15012", TLS: &tls.Config{}, Store: st})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if req, ack := c.handleResponse(resp); !ack {
+			b.Fatalf("NACK: %s", req.GetErrorDetail().GetMessage())
+		}
+	}
+	b.StopTimer()
+	runtime.ReadMemStats(&after)
+	n := float64(b.N) * float64(workloads)
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/n, "ns/workload")
+	b.ReportMetric(float64(after.TotalAlloc-before.TotalAlloc)/n, "B/workload")
+}
+
+// BenchmarkApplyPush10k: 10,000 workloads and 1,000 services in one
+// response.
+func BenchmarkApplyPush10k(b *testing.B) { benchmarkApplyPush(b, 10_000, 1_000) }
+
+// BenchmarkApplyPush100k: 100,000 workloads and 10,000 services in one
+// response.
+func BenchmarkApplyPush100k(b *testing.B) { benchmarkApplyPush(b, 100_000, 10_000) }

@@ -1,0 +1,83 @@
+package xds
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/gozt/gozt/proxy/state"
+)
+
+func TestClassifyStreamEnd(t *testing.T) {
+	tests := []struct {
+		err  error
+		want terminationReason
+	}{
+		{nil, reasonComplete},
+		{context.Canceled, reasonError}, // not a gRPC status
+		{status.Error(codes.Unknown, "x"), reasonReconnect},
+		{status.Error(codes.Canceled, "x"), reasonReconnect},
+		{status.Error(codes.DeadlineExceeded, "x"), reasonReconnect},
+		{status.Error(codes.Unavailable, "transport is closing"), reasonReconnect},
+		{status.Error(codes.Unavailable, "closing transport due to: EOF, received prior goaway: max_age"), reasonReconnect},
+		{status.Error(codes.Unavailable, "connection refused"), reasonError},
+		{status.Error(codes.PermissionDenied, "no"), reasonError},
+		{status.Error(codes.Internal, "boom"), reasonError},
+	}
+	for _, tt := range tests {
+		if got := classifyStreamEnd(tt.err).reason; got != tt.want {
+			t.Errorf("classifyStreamEnd(%v) = %s, want %s", tt.err, got, tt.want)
+		}
+	}
+}
+
+func TestNewClientErrors(t *testing.T) {
+	cli := &tls.Config{}
+	st := state.NewStore(state.Config{})
+	tests := []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"http", Config{Address: "http://istiod:15012", TLS: cli, Store: st}, "https"},
+		{"no scheme", Config{Address: "istiod:15012", TLS: cli, Store: st}, "https"},
+		{"no host", Config{Address: "https://:15012", TLS: cli, Store: st}, "no host"},
+		{"no tls", Config{Address: "https://istiod:15012", Store: st}, "TLS"},
+		{"no store", Config{Address: "https://istiod:15012", TLS: cli}, "Store"},
+		{"bad header name", Config{Address: "https://istiod:15012", TLS: cli, Store: st, Headers: map[string]string{"a b": "v"}}, `header "a b"`},
+		{"reserved header", Config{Address: "https://istiod:15012", TLS: cli, Store: st, Headers: map[string]string{"grpc-timeout": "1"}}, "reserved"},
+		{"bad header value", Config{Address: "https://istiod:15012", TLS: cli, Store: st, Headers: map[string]string{"x": "a\nb"}}, "printable"},
+	}
+	for _, tt := range tests {
+		if _, err := NewClient(tt.cfg); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("NewClient(%s) = %v, want error containing %q", tt.name, err, tt.want)
+		}
+	}
+	c, err := NewClient(Config{Address: "https://istiod.istio-system.svc", TLS: cli, Store: st})
+	if err != nil || c.target != "passthrough:///istiod.istio-system.svc:443" {
+		t.Errorf("NewClient(no port) target = %q, %v; want port 443", c.target, err)
+	}
+}
+
+func TestNACKMessageBounded(t *testing.T) {
+	var rejects []rejection
+	for i := range 100_000 {
+		rejects = append(rejects, rejection{fmt.Sprintf("Kubernetes//Pod/ns/pod-%d", i), errors.New("address of 5 bytes, want 4 or 16")})
+	}
+	msg := nackMessage(rejects)
+	if len(msg) > maxNACKMessage+64 {
+		t.Errorf("NACK message is %d bytes, want ≤ %d", len(msg), maxNACKMessage+64)
+	}
+	if !strings.HasPrefix(msg, "Kubernetes//Pod/ns/pod-0: address of 5 bytes") || !strings.Contains(msg, " more") {
+		t.Errorf("NACK message = %.100q...%q", msg, msg[len(msg)-30:])
+	}
+	if got := nackMessage(rejects[:2]); got != "Kubernetes//Pod/ns/pod-0: address of 5 bytes, want 4 or 16; Kubernetes//Pod/ns/pod-1: address of 5 bytes, want 4 or 16" {
+		t.Errorf("nackMessage(2) = %q", got)
+	}
+}
