@@ -1,0 +1,270 @@
+package hbone
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/net/http/httpguts"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+)
+
+// headerBlock is the decoding state of one header block, reused by the read
+// loop for every block of its connection. Validation follows RFC 9113 §8.2
+// and §8.3: lower-case names, pseudo-header fields first, each at most once,
+// no connection-specific fields. A violation makes the request malformed
+// (stream error PROTOCOL_ERROR); a decoded size over the limit truncates it.
+// Either way the block is still decoded to the end so that the HPACK state
+// stays in step with the peer.
+type headerBlock struct {
+	c   *conn
+	dec *hpack.Decoder
+
+	limit     uint32 // decoded size we accept (SETTINGS_MAX_HEADER_LIST_SIZE)
+	size      uint32 // decoded size so far
+	truncated bool   // size went over limit; fields is incomplete
+	invalid   string // first violation, "" if none
+
+	sawRegular bool
+	pseudo     pseudoFields
+	fields     []hpack.HeaderField // regular fields, in order
+}
+
+// pseudoFields are the pseudo-header fields of a request or response.
+type pseudoFields struct {
+	method, scheme, authority, path, protocol, status string
+	seen                                              uint8 // bit per field
+}
+
+const (
+	seenMethod uint8 = 1 << iota
+	seenScheme
+	seenAuthority
+	seenPath
+	seenProtocol
+	seenStatus
+)
+
+func (h *headerBlock) init(c *conn) {
+	h.c = c
+	h.limit = c.cfg.maxHeaderList
+}
+
+// reset prepares the block for the next header block.
+func (h *headerBlock) reset() {
+	clear(h.fields)
+	*h = headerBlock{c: h.c, dec: h.dec, limit: h.limit, fields: h.fields[:0]}
+	h.dec.SetEmitEnabled(true)
+}
+
+// release drops decoded strings so that they are not pinned between blocks.
+func (h *headerBlock) release() {
+	clear(h.fields)
+	h.fields = h.fields[:0]
+	if cap(h.fields) > 64 {
+		h.fields = nil
+	}
+	h.pseudo = pseudoFields{}
+}
+
+func (h *headerBlock) fail(reason string) {
+	if h.invalid == "" {
+		h.invalid = reason
+	}
+	h.dec.SetEmitEnabled(false)
+}
+
+// emit is the hpack decoder's callback for each decoded field.
+func (h *headerBlock) emit(f hpack.HeaderField) {
+	if h.invalid != "" || h.truncated {
+		return
+	}
+	h.size += f.Size()
+	if h.size > h.limit {
+		h.truncated = true
+		h.dec.SetEmitEnabled(false)
+		return
+	}
+	if !httpguts.ValidHeaderFieldValue(f.Value) {
+		h.fail("invalid value for " + strconv.Quote(f.Name))
+		return
+	}
+	if strings.HasPrefix(f.Name, ":") {
+		if h.sawRegular {
+			h.fail("pseudo-header field after regular field")
+			return
+		}
+		h.emitPseudo(f)
+		return
+	}
+	h.sawRegular = true
+	if !validWireName(f.Name) {
+		h.fail("invalid field name " + strconv.Quote(f.Name))
+		return
+	}
+	if connectionSpecific(f.Name) || (f.Name == "te" && f.Value != "trailers") {
+		h.fail("connection-specific field " + strconv.Quote(f.Name))
+		return
+	}
+	h.fields = append(h.fields, f)
+}
+
+func (h *headerBlock) emitPseudo(f hpack.HeaderField) {
+	var bit uint8
+	var dst *string
+	p := &h.pseudo
+	switch f.Name {
+	case ":method":
+		bit, dst = seenMethod, &p.method
+	case ":scheme":
+		bit, dst = seenScheme, &p.scheme
+	case ":authority":
+		bit, dst = seenAuthority, &p.authority
+	case ":path":
+		bit, dst = seenPath, &p.path
+	case ":protocol":
+		bit, dst = seenProtocol, &p.protocol
+	case ":status":
+		bit, dst = seenStatus, &p.status
+	default:
+		h.fail("unknown pseudo-header field " + strconv.Quote(f.Name))
+		return
+	}
+	// Requests reach servers and responses reach clients (RFC 9113 §8.3).
+	if (bit == seenStatus) == h.c.server {
+		h.fail("pseudo-header field " + f.Name + " in the wrong direction")
+		return
+	}
+	if p.seen&bit != 0 {
+		h.fail("duplicate pseudo-header field " + f.Name)
+		return
+	}
+	p.seen |= bit
+	*dst = f.Value
+}
+
+// header returns the regular fields as an http.Header with canonical keys.
+func (h *headerBlock) header() http.Header {
+	hdr := make(http.Header, len(h.fields))
+	for _, f := range h.fields {
+		k := http.CanonicalHeaderKey(f.Name)
+		hdr[k] = append(hdr[k], f.Value)
+	}
+	return hdr
+}
+
+// validWireName reports whether name is a valid HTTP/2 field name: a
+// non-empty token without upper-case letters (RFC 9113 §8.2.1).
+func validWireName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		b := name[i]
+		if 'A' <= b && b <= 'Z' || !httpguts.IsTokenRune(rune(b)) {
+			return false
+		}
+	}
+	return true
+}
+
+// connectionSpecific reports whether a (lower-case) field name is
+// connection-specific and so forbidden in HTTP/2 (RFC 9113 §8.2.2).
+func connectionSpecific(name string) bool {
+	switch name {
+	case "connection", "proxy-connection", "keep-alive", "transfer-encoding", "upgrade":
+		return true
+	}
+	return false
+}
+
+// appendHeader appends h to fields with lower-cased names, skipping
+// connection-specific fields. It fails on names or values HTTP/2 cannot carry.
+func appendHeader(fields []hpack.HeaderField, h http.Header) ([]hpack.HeaderField, error) {
+	for k, vs := range h {
+		name := strings.ToLower(k)
+		if connectionSpecific(name) || name == "te" {
+			continue
+		}
+		if !validWireName(name) {
+			return nil, errInvalidHeader
+		}
+		for _, v := range vs {
+			if !httpguts.ValidHeaderFieldValue(v) {
+				return nil, errInvalidHeader
+			}
+			fields = append(fields, hpack.HeaderField{Name: name, Value: v})
+		}
+	}
+	return fields, nil
+}
+
+// statusFields returns a response header block: :status then h.
+func statusFields(status int, h http.Header) []hpack.HeaderField {
+	fields := make([]hpack.HeaderField, 1, 1+len(h))
+	fields[0] = hpack.HeaderField{Name: ":status", Value: strconv.Itoa(status)}
+	fields, _ = appendHeader(fields, h) // validated by the caller
+	return fields
+}
+
+// processHeaders decodes a header block and hands it to the role.
+func (c *conn) processHeaders(f *http2.HeadersFrame) error {
+	id, end := f.StreamID, f.StreamEnded()
+	h := &c.hblock
+	h.reset()
+	defer h.release()
+	if err := c.readHeaderBlock(f); err != nil {
+		return err
+	}
+	if c.server {
+		return c.serverHeaders(id, end)
+	}
+	return c.clientHeaders(id, end)
+}
+
+// readHeaderBlock decodes the HEADERS fragment and its CONTINUATION frames
+// into c.hblock, bounding the frames and encoded bytes of the block.
+func (c *conn) readHeaderBlock(f *http2.HeadersFrame) error {
+	frag := f.HeaderBlockFragment()
+	used, frames, ended := len(frag), 1, f.HeadersEnded()
+	if err := c.decodeFragment(frag, ended); err != nil {
+		return err
+	}
+	for !ended {
+		fh, err := c.rfr.ReadFrameHeader() // the Framer insists on a CONTINUATION of this stream
+		if err != nil {
+			return frameReadError(err)
+		}
+		frames++
+		used += int(fh.Length)
+		if frames > maxHeaderFrames || used > c.headerBudget() {
+			return calm("header block too large")
+		}
+		fr, err := c.rfr.ReadFrameForHeader(fh)
+		if err != nil {
+			return connError{http2.ErrCodeProtocol, "bad CONTINUATION"}
+		}
+		cf := fr.(*http2.ContinuationFrame)
+		ended = cf.HeadersEnded()
+		if err := c.decodeFragment(cf.HeaderBlockFragment(), ended); err != nil {
+			return err
+		}
+	}
+	if err := c.hdec.Close(); err != nil {
+		return connError{http2.ErrCodeCompression, "truncated header block"}
+	}
+	return nil
+}
+
+func (c *conn) decodeFragment(frag []byte, ended bool) error {
+	if len(frag) == 0 && !ended && c.abuse.emptyFrames.add(time.Now(), maxEmptyFrames) {
+		return calm("too many empty frames")
+	}
+	if _, err := c.hdec.Write(frag); err != nil {
+		return connError{http2.ErrCodeCompression, fmt.Sprintf("hpack: %v", err)}
+	}
+	return nil
+}

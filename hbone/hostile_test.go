@@ -1,0 +1,550 @@
+package hbone
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+)
+
+// TestNonConnectReachesHandler: other methods are passed to the Handler,
+// which answers 400.
+func TestNonConnectReachesHandler(t *testing.T) {
+	methods := make(chan string, 1)
+	r, _ := rawServer(t, &Server{Handler: func(s *ServerStream) {
+		methods <- s.Method()
+		s.Respond(http.StatusBadRequest, nil)
+	}})
+	r.handshakeClient()
+	r.headers(1, true, ":method", "GET", ":scheme", "https", ":path", "/", ":authority", "x")
+	f := r.want(func(f rawFrame) bool { return f.typ == http2.FrameHeaders && f.stream == 1 })
+	if got := f.header(":status"); got != "400" || !f.flags.Has(http2.FlagHeadersEndStream) {
+		t.Errorf("response :status %q end_stream %v, want 400 with END_STREAM", got, f.flags.Has(http2.FlagHeadersEndStream))
+	}
+	if got := <-methods; got != "GET" {
+		t.Errorf("handler saw method %q", got)
+	}
+}
+
+// TestMalformedRequests: each malformed request is reset with
+// PROTOCOL_ERROR and never reaches the handler (RFC 9113 §8.2, §8.3, §8.5).
+func TestMalformedRequests(t *testing.T) {
+	tests := []struct {
+		name   string
+		fields []string
+	}{
+		{"connect with path", []string{":method", "CONNECT", ":authority", "a:1", ":path", "/"}},
+		{"connect with scheme", []string{":method", "CONNECT", ":authority", "a:1", ":scheme", "https"}},
+		{"extended connect", []string{":method", "CONNECT", ":protocol", "websocket", ":scheme", "https", ":path", "/", ":authority", "a:1"}},
+		{"connect without authority", []string{":method", "CONNECT"}},
+		{"no method", []string{":authority", "a:1"}},
+		{"uppercase name", []string{":method", "CONNECT", ":authority", "a:1", "X-Upper", "v"}},
+		{"duplicate pseudo", []string{":method", "CONNECT", ":method", "CONNECT", ":authority", "a:1"}},
+		{"pseudo after regular", []string{":method", "CONNECT", "x", "y", ":authority", "a:1"}},
+		{"unknown pseudo", []string{":method", "CONNECT", ":authority", "a:1", ":foo", "x"}},
+		{"response pseudo", []string{":method", "CONNECT", ":authority", "a:1", ":status", "200"}},
+		{"connection header", []string{":method", "CONNECT", ":authority", "a:1", "connection", "close"}},
+		{"transfer-encoding", []string{":method", "CONNECT", ":authority", "a:1", "transfer-encoding", "chunked"}},
+		{"te not trailers", []string{":method", "CONNECT", ":authority", "a:1", "te", "gzip"}},
+		{"newline in value", []string{":method", "CONNECT", ":authority", "a:1", "x", "a\nb"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var called atomic.Bool
+			r, _ := rawServer(t, &Server{Handler: func(s *ServerStream) {
+				called.Store(true)
+				s.Respond(http.StatusOK, nil)
+				s.Close()
+			}})
+			r.handshakeClient()
+			r.headers(1, false, tt.fields...)
+			r.wantRST(1, http2.ErrCodeProtocol)
+			// The connection survives: a good request still works.
+			r.connect(3)
+			f := r.want(func(f rawFrame) bool { return f.typ == http2.FrameHeaders && f.stream == 3 })
+			if f.header(":status") != "200" {
+				t.Errorf("follow-up request: status %q", f.header(":status"))
+			}
+			if !called.Load() {
+				t.Errorf("handler not called for the valid request")
+			}
+		})
+	}
+}
+
+// TestMaxConcurrentStreams: streams beyond the advertised limit are refused
+// with REFUSED_STREAM; the first ones are unaffected.
+func TestMaxConcurrentStreams(t *testing.T) {
+	const limit = 5
+	release := make(chan struct{})
+	r, _ := rawServer(t, &Server{Config: Config{MaxConcurrentStreams: limit}, Handler: func(s *ServerStream) {
+		s.Respond(http.StatusOK, nil)
+		<-release
+		s.Close()
+	}})
+	defer close(release)
+	r.handshakeClient()
+	for i := range limit {
+		id := uint32(2*i + 1)
+		r.connect(id)
+		r.want(func(f rawFrame) bool { return f.typ == http2.FrameHeaders && f.stream == id })
+	}
+	r.connect(2*limit + 1)
+	r.wantRST(2*limit+1, http2.ErrCodeRefusedStream)
+	r.connect(2*limit + 3)
+	r.wantRST(2*limit+3, http2.ErrCodeRefusedStream)
+	// The first streams still carry data.
+	r.must(r.fr.WriteData(1, false, []byte("ping")))
+	r.must(r.fr.WritePing(false, [8]byte{1}))
+	f := r.want(func(f rawFrame) bool {
+		return f.typ == http2.FramePing || f.typ == http2.FrameRSTStream || f.typ == http2.FrameGoAway
+	})
+	if f.typ != http2.FramePing {
+		t.Fatalf("got %v after refusals", f.typ)
+	}
+}
+
+// TestHeaderListTooLarge: a request whose decoded header list exceeds the
+// limit is answered 431 and reset; the handler never runs.
+func TestHeaderListTooLarge(t *testing.T) {
+	var called atomic.Bool
+	r, _ := rawServer(t, &Server{Handler: func(s *ServerStream) {
+		called.Store(true)
+		s.Respond(http.StatusOK, nil)
+		s.Close()
+	}})
+	r.handshakeClient()
+	fields := []string{":method", "CONNECT", ":authority", "a:1"}
+	value := strings.Repeat("v", 1000)
+	for i := range 80 { // ~80 KiB decoded, over the 64 KiB default
+		fields = append(fields, "x-h"+itoa(i), value)
+	}
+	block := r.block(fields...)
+	// Send it in 16 KiB pieces, like a peer respecting the default frame size.
+	first := true
+	for len(block) > 0 {
+		n := min(len(block), 16<<10)
+		frag := block[:n]
+		block = block[n:]
+		if first {
+			r.must(r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: frag, EndHeaders: len(block) == 0}))
+			first = false
+		} else {
+			r.must(r.fr.WriteContinuation(1, len(block) == 0, frag))
+		}
+	}
+	f := r.want(func(f rawFrame) bool {
+		return f.stream == 1 && (f.typ == http2.FrameHeaders || f.typ == http2.FrameRSTStream) || f.typ == http2.FrameGoAway
+	})
+	if f.typ != http2.FrameHeaders || f.header(":status") != "431" {
+		t.Fatalf("got %v %q, want HEADERS :status 431", f.typ, f.header(":status"))
+	}
+	r.wantRST(1, http2.ErrCodeNo)
+	if called.Load() {
+		t.Errorf("handler ran for an oversized request")
+	}
+}
+
+// TestContinuationFlood: a header block that never ends is cut off at the
+// budget and the connection closed (CVE-2023-45288), for empty and
+// non-empty fragments.
+func TestContinuationFlood(t *testing.T) {
+	for _, fragSize := range []int{0, 1000} {
+		t.Run("fragment "+itoa(fragSize), func(t *testing.T) {
+			r, res := rawServer(t, &Server{Handler: func(s *ServerStream) { s.Close() }})
+			r.handshakeClient()
+			r.must(r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: r.block(":method", "CONNECT")}))
+			frag := bytes.Repeat([]byte{0x40}, fragSize) // fragments of literal-field prefixes
+			wrote := 0
+			for i := 0; i < 100000; i++ {
+				if err := r.fr.WriteContinuation(1, false, frag); err != nil {
+					break
+				}
+				wrote++
+			}
+			r.wantGoAway(http2.ErrCodeEnhanceYourCalm)
+			r.wantClosed()
+			if err, ok := res.wait(10 * time.Second); !ok || err == nil {
+				t.Errorf("ServeConn = %v (returned %v), want an error", err, ok)
+			}
+			if wrote >= 100000 {
+				t.Errorf("server accepted %d CONTINUATION frames", wrote)
+			}
+		})
+	}
+}
+
+// TestRapidReset: streams opened and reset at once. Handlers never run more
+// than MaxConcurrentStreams at a time, and the connection ends with GOAWAY
+// ENHANCE_YOUR_CALM (CVE-2023-44487).
+func TestRapidReset(t *testing.T) {
+	const limit = 10
+	var running, peak atomic.Int32
+	r, _ := rawServer(t, &Server{Config: Config{MaxConcurrentStreams: limit}, Handler: func(s *ServerStream) {
+		n := running.Add(1)
+		for {
+			p := peak.Load()
+			if n <= p || peak.CompareAndSwap(p, n) {
+				break
+			}
+		}
+		time.Sleep(20 * time.Millisecond) // an upstream dial
+		s.Respond(http.StatusOK, nil)
+		s.Close()
+		running.Add(-1)
+	}})
+	r.handshakeClient()
+	go func() {
+		for id := uint32(1); id < 20000; id += 2 {
+			if err := r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: r.block(":method", "CONNECT", ":authority", "a:1"), EndHeaders: true}); err != nil {
+				return
+			}
+			if err := r.fr.WriteRSTStream(id, http2.ErrCodeCancel); err != nil {
+				return
+			}
+		}
+	}()
+	r.wantGoAway(http2.ErrCodeEnhanceYourCalm)
+	r.wantClosed()
+	if p := peak.Load(); p > limit {
+		t.Errorf("%d handlers ran at once, limit %d", p, limit)
+	}
+}
+
+// TestMadeYouReset: streams the server must reset because of the client's
+// frames (WINDOW_UPDATE with increment 0) are counted; past the limit the
+// connection ends (CVE-2025-8671).
+func TestMadeYouReset(t *testing.T) {
+	r, _ := rawServer(t, &Server{Handler: func(s *ServerStream) {
+		s.Respond(http.StatusOK, nil)
+		io.Copy(io.Discard, s)
+		s.Close()
+	}})
+	r.handshakeClient()
+	go func() {
+		for id := uint32(1); id < 4000; id += 2 {
+			if err := r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: r.block(":method", "CONNECT", ":authority", "a:1"), EndHeaders: true}); err != nil {
+				return
+			}
+			if err := r.fr.WriteWindowUpdate(id, 0); err != nil {
+				return
+			}
+		}
+	}()
+	r.wantRST(1, http2.ErrCodeProtocol)
+	r.wantGoAway(http2.ErrCodeEnhanceYourCalm)
+	r.wantClosed()
+}
+
+// TestFloods: SETTINGS, PING and empty-DATA floods end the connection with
+// ENHANCE_YOUR_CALM.
+func TestFloods(t *testing.T) {
+	tests := []struct {
+		name string
+		send func(r *rawPeer) error
+	}{
+		{"settings", func(r *rawPeer) error { return r.fr.WriteSettings() }},
+		{"ping", func(r *rawPeer) error { return r.fr.WritePing(false, [8]byte{}) }},
+		{"empty data", func(r *rawPeer) error { return r.fr.WriteData(1, false, nil) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, _ := rawServer(t, &Server{Handler: func(s *ServerStream) {
+				s.Respond(http.StatusOK, nil)
+				io.Copy(io.Discard, s)
+				s.Close()
+			}})
+			r.handshakeClient()
+			r.connect(1)
+			go func() {
+				for range 100000 {
+					if tt.send(r) != nil {
+						return
+					}
+				}
+			}()
+			r.wantGoAway(http2.ErrCodeEnhanceYourCalm)
+			r.wantClosed()
+		})
+	}
+}
+
+// TestWindowUpdateOverflow: a WINDOW_UPDATE pushing a window past 2^31-1 is a
+// stream error on a stream and a connection error on the connection (RFC
+// 9113 §6.9.1).
+func TestWindowUpdateOverflow(t *testing.T) {
+	t.Run("stream", func(t *testing.T) {
+		r, _ := rawServer(t, &Server{Handler: func(s *ServerStream) {
+			s.Respond(http.StatusOK, nil)
+			io.Copy(io.Discard, s)
+			s.Close()
+		}})
+		r.handshakeClient()
+		r.connect(1)
+		r.want(func(f rawFrame) bool { return f.typ == http2.FrameHeaders && f.stream == 1 })
+		r.must(r.fr.WriteWindowUpdate(1, maxWindow))
+		r.wantRST(1, http2.ErrCodeFlowControl)
+	})
+	t.Run("connection", func(t *testing.T) {
+		r, _ := rawServer(t, &Server{Handler: func(s *ServerStream) { s.Close() }})
+		r.handshakeClient()
+		r.must(r.fr.WriteWindowUpdate(0, maxWindow))
+		r.wantGoAway(http2.ErrCodeFlowControl)
+		r.wantClosed()
+	})
+}
+
+// TestStreamWindowExceeded: DATA beyond the stream window we advertised is
+// a stream FLOW_CONTROL_ERROR.
+func TestStreamWindowExceeded(t *testing.T) {
+	r, _ := rawServer(t, &Server{Config: Config{StreamWindow: 1 << 14, MaxFrameSize: 1 << 15}, Handler: func(s *ServerStream) {
+		s.Respond(http.StatusOK, nil)
+		time.Sleep(100 * time.Millisecond) // not reading
+		s.Close()
+	}})
+	r.handshakeClient()
+	r.connect(1)
+	r.must(r.fr.WriteData(1, false, make([]byte, 1<<14+1)))
+	r.wantRST(1, http2.ErrCodeFlowControl)
+}
+
+// TestEarlyDataHeldForHandler: DATA sent right after the CONNECT HEADERS sits
+// in the stream until the handler reads it; after a refusal (non-200) it is
+// dropped, never delivered (TESTPLAN S27).
+func TestEarlyDataHeldForHandler(t *testing.T) {
+	for _, accept := range []bool{true, false} {
+		name := "refused"
+		if accept {
+			name = "accepted"
+		}
+		t.Run(name, func(t *testing.T) {
+			early := []byte("GET /admin HTTP/1.1\r\n\r\n")
+			arrived := make(chan struct{})
+			result := make(chan string, 1)
+			r, _ := rawServer(t, &Server{Handler: func(s *ServerStream) {
+				<-arrived
+				// Wait until the bytes are buffered in the stream.
+				for {
+					s.mu.Lock()
+					n := s.buf.Len()
+					s.mu.Unlock()
+					if n == len(early) {
+						break
+					}
+					time.Sleep(time.Millisecond)
+				}
+				if !accept {
+					s.Respond(http.StatusUnauthorized, nil)
+					n, err := s.Read(make([]byte, 100))
+					result <- "read " + itoa(n) + " " + errString(err)
+					return
+				}
+				s.Respond(http.StatusOK, nil)
+				defer s.Close()
+				b := make([]byte, 100)
+				n, _ := io.ReadAtLeast(s, b, len(early))
+				result <- string(b[:n])
+			}})
+			r.handshakeClient()
+			r.connect(1)
+			r.must(r.fr.WriteData(1, false, early))
+			close(arrived)
+			f := r.want(func(f rawFrame) bool { return f.typ == http2.FrameHeaders && f.stream == 1 })
+			got := <-result
+			if accept {
+				if f.header(":status") != "200" || got != string(early) {
+					t.Errorf("status %q, handler read %q; want 200 and the early bytes", f.header(":status"), got)
+				}
+				return
+			}
+			if f.header(":status") != "401" || got != "read 0 EOF" {
+				t.Errorf("status %q, handler %q; want 401 and no bytes", f.header(":status"), got)
+			}
+			r.wantRST(1, http2.ErrCodeNo)
+		})
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "<nil>"
+	}
+	return err.Error()
+}
+
+// TestPingTimeoutServer: a client that never acknowledges PINGs loses its
+// connection after PingTimeout.
+func TestPingTimeoutServer(t *testing.T) {
+	r, res := rawServer(t, &Server{
+		Config:  Config{PingInterval: 20 * time.Millisecond, PingTimeout: 50 * time.Millisecond},
+		Handler: func(s *ServerStream) { s.Close() },
+	})
+	start := time.Now()
+	r.handshakeClient()
+	r.want(func(f rawFrame) bool { return f.typ == http2.FramePing && !f.flags.Has(http2.FlagPingAck) })
+	r.wantClosed()
+	if d := time.Since(start); d < 50*time.Millisecond {
+		t.Errorf("closed after %v, before the ping timeout", d)
+	}
+	if err, ok := res.wait(5 * time.Second); !ok || err == nil {
+		t.Errorf("ServeConn = %v, %v; want a ping timeout error", err, ok)
+	}
+}
+
+// TestPingAckedKeepsConnection: a peer that acknowledges PINGs keeps its
+// connection across many intervals.
+func TestPingAckedKeepsConnection(t *testing.T) {
+	p := newPair(t, echoHandler, pairOpts{
+		srv: Config{PingInterval: 10 * time.Millisecond, PingTimeout: time.Second},
+		cli: Config{PingInterval: 10 * time.Millisecond, PingTimeout: time.Second},
+	})
+	time.Sleep(300 * time.Millisecond)
+	p.cc.c.mu.Lock()
+	pings := p.cc.c.pingSeq
+	p.cc.c.mu.Unlock()
+	if pings < 5 {
+		t.Errorf("client sent %d PINGs in 300ms at a 10ms interval", pings)
+	}
+	select {
+	case <-p.cc.Done():
+		t.Fatal("connection closed although PINGs were acknowledged")
+	default:
+	}
+	s := p.connect(t.Context())
+	s.Close()
+}
+
+var _ sync.Mutex
+
+// TestHandlerFailures: a handler that panics or returns without answering
+// gets its stream reset with INTERNAL_ERROR; the connection and the server
+// keep working.
+func TestHandlerFailures(t *testing.T) {
+	r, _ := rawServer(t, &Server{Handler: func(s *ServerStream) {
+		switch s.Header().Get("Mode") {
+		case "panic":
+			panic("handler bug")
+		case "return":
+			return
+		}
+		s.Respond(http.StatusOK, nil)
+		s.Close()
+	}})
+	r.handshakeClient()
+	r.connect(1, "mode", "panic")
+	r.wantRST(1, http2.ErrCodeInternal)
+	r.connect(3, "mode", "return")
+	r.wantRST(3, http2.ErrCodeInternal)
+	r.connect(5)
+	f := r.want(func(f rawFrame) bool { return f.typ == http2.FrameHeaders && f.stream == 5 })
+	if f.header(":status") != "200" {
+		t.Errorf("after handler failures: status %q", f.header(":status"))
+	}
+}
+
+// TestRefusedAfterGoAway: after a graceful GOAWAY, a stream above its last
+// stream id is refused with REFUSED_STREAM (safe to retry) while the open
+// stream keeps working.
+func TestRefusedAfterGoAway(t *testing.T) {
+	srv := &Server{Handler: func(s *ServerStream) {
+		s.Respond(http.StatusOK, nil)
+		io.Copy(s, s)
+		s.Close()
+	}}
+	r, _ := rawServer(t, srv)
+	r.handshakeClient()
+	r.connect(1)
+	r.want(func(f rawFrame) bool { return f.typ == http2.FrameHeaders && f.stream == 1 })
+	shut := make(chan error, 1)
+	go func() { shut <- srv.Shutdown(t.Context()) }()
+	g := r.wantGoAway(http2.ErrCodeNo)
+	if g.last != 1 {
+		t.Errorf("GOAWAY last stream id %d, want 1", g.last)
+	}
+	r.connect(3)
+	r.wantRST(3, http2.ErrCodeRefusedStream)
+	r.must(r.fr.WriteData(1, false, []byte("still here")))
+	f := r.want(func(f rawFrame) bool { return f.typ == http2.FrameData && f.stream == 1 })
+	if string(f.data) != "still here" {
+		t.Errorf("echo on the old stream: %q", f.data)
+	}
+	r.must(r.fr.WriteData(1, true, nil))
+	r.want(func(f rawFrame) bool {
+		return f.typ == http2.FrameRSTStream || f.flags.Has(http2.FlagDataEndStream) && f.stream == 1
+	})
+	r.wantClosed()
+	if err := <-shut; err != nil {
+		t.Errorf("Shutdown = %v", err)
+	}
+}
+
+// TestClientAgainstBadServer: the client side checks what a server sends.
+func TestClientAgainstBadServer(t *testing.T) {
+	tests := []struct {
+		name    string
+		respond func(r *rawPeer)
+		check   func(err error) bool
+		rst     http2.ErrCode // expected RST_STREAM from the client, or 0xff for none
+	}{
+		{
+			name:    "refused stream",
+			respond: func(r *rawPeer) { r.must(r.fr.WriteRSTStream(1, http2.ErrCodeRefusedStream)) },
+			check:   func(err error) bool { return errors.Is(err, ErrRefused) },
+			rst:     0xff,
+		},
+		{
+			name:    "data before response",
+			respond: func(r *rawPeer) { r.must(r.fr.WriteData(1, false, []byte("x"))) },
+			check: func(err error) bool {
+				var re *ResetError
+				return errors.As(err, &re) && re.Code == http2.ErrCodeProtocol
+			},
+			rst: http2.ErrCodeProtocol,
+		},
+		{
+			name:    "missing status",
+			respond: func(r *rawPeer) { r.headers(1, false, "x", "y") },
+			check:   func(err error) bool { return err != nil },
+			rst:     http2.ErrCodeProtocol,
+		},
+		{
+			name: "interim then 503",
+			respond: func(r *rawPeer) {
+				r.headers(1, false, ":status", "100")
+				r.headers(1, false, ":status", "503")
+			},
+			check: func(err error) bool { var se *StatusError; return errors.As(err, &se) && se.Code == 503 },
+			rst:   http2.ErrCodeCancel,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cc, r := rawServerPeer(t, Config{})
+			res := runAsync(func() error {
+				s, err := cc.Connect(t.Context(), "a:1", nil)
+				if err == nil {
+					s.Close()
+					return errors.New("Connect succeeded")
+				}
+				if !tt.check(err) {
+					return errors.New("unexpected error: " + err.Error())
+				}
+				return nil
+			})
+			r.want(func(f rawFrame) bool { return f.typ == http2.FrameHeaders && f.stream == 1 })
+			tt.respond(r)
+			wait(t, res, "Connect")
+			if tt.rst != 0xff {
+				r.wantRST(1, tt.rst)
+			}
+			waitFor(t, func() bool { return cc.ActiveStreams() == 0 }, "stream released")
+		})
+	}
+}

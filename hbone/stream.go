@@ -1,0 +1,509 @@
+package hbone
+
+import (
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"golang.org/x/net/http2"
+)
+
+// streamFlags is the state of a stream, guarded by stream.mu.
+type streamFlags uint16
+
+const (
+	fLocalEnded  streamFlags = 1 << iota // we sent END_STREAM
+	fRemoteEnded                         // the peer sent END_STREAM
+	fResetSent                           // we sent RST_STREAM
+	fResetRecv                           // the peer sent RST_STREAM
+	fClosed                              // the application called Close
+	fResponded                           // server: Respond called; client: final response received
+	fAccepted                            // connection credit is returned on receipt
+	fReleased                            // the stream no longer counts toward the concurrency limit
+	fRemoved                             // the stream left the connection's map
+	fHandlerDone                         // server: the handler answered with a non-200 or gave up
+)
+
+// stream is one HTTP/2 stream carrying a tunnel. It is the common part of
+// ServerStream and ClientStream and implements net.Conn with CloseWrite.
+//
+// Invariants:
+//   - buf holds at most the stream window we advertised: the peer may send
+//     only that much before we return credit, which happens as the
+//     application reads.
+//   - Only the read loop appends to buf; only application goroutines read it.
+//   - Writes are serialized by wlock, so the stream's bytes keep their order
+//     and only one goroutine spends sendWin.
+//   - No goroutine, channel or timer exists for an idle stream: wake is made
+//     only while someone waits, dl only when deadlines are set.
+type stream struct {
+	c  *conn
+	id uint32
+
+	wlock sync.Mutex // serializes Write and CloseWrite
+
+	mu      sync.Mutex
+	flags   streamFlags
+	rerr    error // read error once buf is drained: io.EOF or why not
+	werr    error // write error, nil while writes may proceed
+	buf     dataBuffer
+	inflow  int64 // receive window the peer may still use
+	unacked int64 // bytes read but not yet returned as stream credit
+	held    int64 // buffered bytes whose connection credit is withheld
+	sendWin int64
+	wake    chan struct{} // closed on any state change while someone waits
+	dl      *deadlines
+	hdr     http.Header // server: request header; client: response header
+	status  int         // client: response status
+}
+
+// deadlines holds a stream's read and write deadlines.
+type deadlines struct {
+	read, write deadline
+}
+
+type deadline struct {
+	timer   *time.Timer
+	gen     uint64
+	expired bool
+}
+
+func (s *stream) init(c *conn, id uint32) {
+	s.c = c
+	s.id = id
+	s.inflow = int64(c.cfg.streamWindow)
+}
+
+// wakeLocked wakes every goroutine waiting on the stream.
+func (s *stream) wakeLocked() {
+	if s.wake != nil {
+		close(s.wake)
+		s.wake = nil
+	}
+}
+
+// waitChanLocked returns a channel closed at the next state change.
+func (s *stream) waitChanLocked() <-chan struct{} {
+	if s.wake == nil {
+		s.wake = make(chan struct{})
+	}
+	return s.wake
+}
+
+// Read reads tunnel bytes. After the peer's END_STREAM (or a reset with
+// NO_ERROR or CANCEL) it returns io.EOF once the buffered bytes are read.
+func (s *stream) Read(p []byte) (int, error) {
+	s.mu.Lock()
+	for s.buf.Len() == 0 {
+		if s.flags&fClosed != 0 {
+			s.mu.Unlock()
+			return 0, net.ErrClosed
+		}
+		if s.rerr != nil {
+			err := s.rerr
+			s.mu.Unlock()
+			return 0, err
+		}
+		if len(p) == 0 {
+			s.mu.Unlock()
+			return 0, nil
+		}
+		if s.dl != nil && s.dl.read.expired {
+			s.mu.Unlock()
+			return 0, os.ErrDeadlineExceeded
+		}
+		ch := s.waitChanLocked()
+		s.mu.Unlock()
+		<-ch
+		s.mu.Lock()
+	}
+	n := s.buf.Read(p)
+	s.consumedLocked(n)
+	return n, nil
+}
+
+// consumedLocked accounts n bytes taken from buf by the application, returns
+// stream and connection credit as due, and unlocks s.mu.
+func (s *stream) consumedLocked(n int) {
+	var streamInc int64
+	s.unacked += int64(n)
+	if s.flags&(fRemoteEnded|fResetSent|fResetRecv) == 0 && s.unacked >= int64(s.c.cfg.streamWindow)/4 {
+		streamInc, s.unacked = s.unacked, 0
+		s.inflow += streamInc
+	}
+	rel := min(int64(n), s.held)
+	s.held -= rel
+	s.c.consumed(s.id, int64(n), rel, streamInc)
+	s.mu.Unlock()
+}
+
+// Write sends p as DATA frames as large as the peer's frame size and the flow
+// control windows allow. It blocks while the windows are exhausted.
+func (s *stream) Write(p []byte) (int, error) {
+	s.wlock.Lock()
+	defer s.wlock.Unlock()
+	total := len(p)
+	for len(p) > 0 {
+		n, err := s.reserveSend(len(p))
+		if err != nil {
+			return total - len(p), err
+		}
+		c := s.c
+		c.lockWrite()
+		if s.isReset() {
+			// A reset was written (or just queued and written by
+			// lockWrite): no DATA may follow it.
+			c.unlockWrite()
+			return total - len(p), s.writeErr()
+		}
+		if c.werr == nil {
+			c.werr = c.writeDataLocked(s.id, false, p[:n])
+		}
+		if err := c.unlockWrite(); err != nil {
+			c.fail(err)
+			return total - len(p), s.writeErr()
+		}
+		p = p[n:]
+	}
+	return total, nil
+}
+
+// reserveSend waits until both the stream's and the connection's send
+// windows are open and takes up to want bytes from them.
+func (s *stream) reserveSend(want int) (int, error) {
+	c := s.c
+	maxFrame := int64(c.peerMaxFrame.Load())
+	for {
+		s.mu.Lock()
+		if err := s.writeErrLocked(); err != nil {
+			s.mu.Unlock()
+			return 0, err
+		}
+		c.mu.Lock()
+		if c.err != nil {
+			c.mu.Unlock()
+			s.mu.Unlock()
+			return 0, ErrConnClosed
+		}
+		n := min(int64(want), s.sendWin, c.sendWin, maxFrame)
+		if n > 0 {
+			s.sendWin -= n
+			c.sendWin -= n
+			c.mu.Unlock()
+			s.mu.Unlock()
+			return int(n), nil
+		}
+		if c.winWake == nil {
+			c.winWake = make(chan struct{})
+		}
+		cw := c.winWake
+		c.mu.Unlock()
+		sw := s.waitChanLocked()
+		s.mu.Unlock()
+		select {
+		case <-cw:
+		case <-sw:
+		}
+	}
+}
+
+// isReset reports whether the stream was reset either way.
+func (s *stream) isReset() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.flags&(fResetSent|fResetRecv) != 0
+}
+
+func (s *stream) writeErr() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.writeErrLocked(); err != nil {
+		return err
+	}
+	return ErrConnClosed
+}
+
+func (s *stream) writeErrLocked() error {
+	switch {
+	case s.flags&fClosed != 0:
+		return net.ErrClosed
+	case s.werr != nil:
+		return s.werr
+	case s.flags&fLocalEnded != 0:
+		return errStreamClosed
+	case s.dl != nil && s.dl.write.expired:
+		return os.ErrDeadlineExceeded
+	}
+	return nil
+}
+
+// CloseWrite ends the write direction with END_STREAM (the peer reads EOF)
+// while reads continue.
+func (s *stream) CloseWrite() error {
+	s.wlock.Lock()
+	defer s.wlock.Unlock()
+	s.mu.Lock()
+	if err := s.writeErrLocked(); err != nil {
+		s.mu.Unlock()
+		if err == errStreamClosed {
+			return nil
+		}
+		return err
+	}
+	s.mu.Unlock()
+	return s.endWrite()
+}
+
+// endWrite sends an empty DATA frame with END_STREAM and records it.
+func (s *stream) endWrite() error {
+	c := s.c
+	c.lockWrite()
+	s.mu.Lock()
+	reset := s.flags&(fResetSent|fResetRecv) != 0
+	s.flags |= fLocalEnded
+	s.mu.Unlock()
+	if reset {
+		c.unlockWrite()
+		c.streamUpdate(s)
+		return nil
+	}
+	if c.werr == nil {
+		c.werr = c.writeDataLocked(s.id, true, nil)
+	}
+	if err := c.unlockWrite(); err != nil {
+		c.fail(err)
+		return s.writeErr()
+	}
+	c.streamUpdate(s)
+	return nil
+}
+
+// Close ends the stream. Unless both directions already ended it resets the
+// stream with CANCEL, which the peer reads as EOF. Unread bytes are dropped.
+func (s *stream) Close() error {
+	s.mu.Lock()
+	if s.flags&fClosed != 0 {
+		s.mu.Unlock()
+		return nil
+	}
+	s.flags |= fClosed
+	rst := s.flags&(fResetSent|fResetRecv) == 0 &&
+		s.flags&(fLocalEnded|fRemoteEnded) != fLocalEnded|fRemoteEnded
+	if rst {
+		s.flags |= fResetSent
+	}
+	s.stopTimersLocked()
+	s.wakeLocked()
+	s.discardLocked()
+	if rst {
+		s.c.queueCtrl(ctrlFrame{kind: ctrlRST, stream: s.id, code: http2.ErrCodeCancel})
+	}
+	s.mu.Unlock()
+	s.c.streamUpdate(s)
+	return nil
+}
+
+// discardLocked drops unread bytes and returns their connection credit.
+func (s *stream) discardLocked() {
+	n := int64(s.buf.reset())
+	rel := s.held
+	s.held = 0
+	if n > 0 || rel > 0 {
+		s.c.consumed(s.id, n, rel, 0)
+	}
+}
+
+// resetLocal resets the stream because the peer broke the protocol on it.
+func (s *stream) resetLocal(code http2.ErrCode) {
+	s.mu.Lock()
+	if s.flags&(fResetSent|fResetRecv) != 0 {
+		s.mu.Unlock()
+		return
+	}
+	s.flags |= fResetSent
+	err := &ResetError{Code: code}
+	if s.rerr == nil || s.rerr == io.EOF {
+		s.rerr = err
+	}
+	if s.werr == nil {
+		s.werr = err
+	}
+	s.wakeLocked()
+	s.mu.Unlock()
+	s.c.queueCtrl(ctrlFrame{kind: ctrlRST, stream: s.id, code: code})
+	s.c.streamUpdate(s)
+}
+
+// resetRemote records the peer's RST_STREAM. NO_ERROR and CANCEL read as EOF
+// after the buffered bytes (SPEC §2.2); any reset fails later writes.
+func (s *stream) resetRemote(code http2.ErrCode) {
+	s.mu.Lock()
+	s.flags |= fResetRecv
+	err := &ResetError{Code: code, Remote: true}
+	if s.rerr == nil {
+		if code == http2.ErrCodeNo || code == http2.ErrCodeCancel {
+			s.rerr = io.EOF
+		} else {
+			s.rerr = err
+		}
+	}
+	if s.werr == nil {
+		s.werr = err
+	}
+	s.wakeLocked()
+	s.mu.Unlock()
+	s.c.streamUpdate(s)
+}
+
+// connFailed records that the connection is gone.
+func (s *stream) connFailed() {
+	s.mu.Lock()
+	if s.rerr == nil {
+		s.rerr = ErrConnClosed
+	}
+	if s.werr == nil {
+		s.werr = ErrConnClosed
+	}
+	s.flags |= fRemoved | fReleased
+	s.wakeLocked()
+	s.mu.Unlock()
+}
+
+// LocalAddr returns the local address of the underlying connection.
+func (s *stream) LocalAddr() net.Addr { return s.c.nc.LocalAddr() }
+
+// RemoteAddr returns the remote address of the underlying connection.
+func (s *stream) RemoteAddr() net.Addr { return s.c.nc.RemoteAddr() }
+
+// SetDeadline sets the read and write deadlines.
+func (s *stream) SetDeadline(t time.Time) error {
+	s.SetReadDeadline(t)
+	return s.SetWriteDeadline(t)
+}
+
+// SetReadDeadline sets the deadline for Read; a zero t clears it.
+func (s *stream) SetReadDeadline(t time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.setDeadlineLocked(&s.deadlinesLocked().read, t)
+	return nil
+}
+
+// SetWriteDeadline sets the deadline for Write; a zero t clears it.
+func (s *stream) SetWriteDeadline(t time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.setDeadlineLocked(&s.deadlinesLocked().write, t)
+	return nil
+}
+
+func (s *stream) deadlinesLocked() *deadlines {
+	if s.dl == nil {
+		s.dl = new(deadlines)
+	}
+	return s.dl
+}
+
+func (s *stream) setDeadlineLocked(d *deadline, t time.Time) {
+	d.gen++
+	if d.timer != nil {
+		d.timer.Stop()
+		d.timer = nil
+	}
+	d.expired = false
+	if t.IsZero() || s.flags&fClosed != 0 {
+		return
+	}
+	dur := time.Until(t)
+	if dur <= 0 {
+		d.expired = true
+		s.wakeLocked()
+		return
+	}
+	gen := d.gen
+	d.timer = time.AfterFunc(dur, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if d.gen == gen {
+			d.expired = true
+			d.timer = nil
+			s.wakeLocked()
+		}
+	})
+}
+
+func (s *stream) stopTimersLocked() {
+	if s.dl == nil {
+		return
+	}
+	for _, d := range []*deadline{&s.dl.read, &s.dl.write} {
+		d.gen++
+		if d.timer != nil {
+			d.timer.Stop()
+			d.timer = nil
+		}
+	}
+}
+
+// refuse fails a client stream the peer's GOAWAY left unprocessed.
+func (s *stream) refuse() {
+	s.mu.Lock()
+	s.flags |= fResetRecv
+	if s.rerr == nil {
+		s.rerr = ErrRefused
+	}
+	if s.werr == nil {
+		s.werr = ErrRefused
+	}
+	s.wakeLocked()
+	s.mu.Unlock()
+	s.c.streamUpdate(s)
+}
+
+// streamUpdate removes s from the connection's map once its protocol state
+// is closed, and releases its concurrency slot when it no longer counts:
+//   - client: when the stream is closed or the application closed it;
+//   - server: when the handler is done with it (Close, or a non-200 answer)
+//     or both directions ended. A stream the peer reset keeps its slot until
+//     the handler lets go, so a rapid-reset peer cannot run more handlers than
+//     MaxConcurrentStreams (CVE-2023-44487).
+func (c *conn) streamUpdate(s *stream) {
+	s.mu.Lock()
+	f := s.flags
+	both := f&(fLocalEnded|fRemoteEnded) == fLocalEnded|fRemoteEnded
+	protoDone := both || f&(fResetSent|fResetRecv) != 0
+	remove := protoDone && f&fRemoved == 0
+	release := protoDone || f&fClosed != 0
+	if c.server {
+		release = both || f&(fClosed|fHandlerDone) != 0
+	}
+	release = release && f&fReleased == 0
+	if remove {
+		s.flags |= fRemoved
+	}
+	if release {
+		s.flags |= fReleased
+	}
+	s.mu.Unlock()
+	if !remove && !release {
+		return
+	}
+	c.mu.Lock()
+	if remove && c.streams[s.id] == s {
+		delete(c.streams, s.id)
+	}
+	if release {
+		c.active--
+	}
+	idle := release && c.active == 0 && c.err == nil
+	onIdle := c.onIdle
+	c.wakeStateLocked()
+	c.mu.Unlock()
+	if idle && onIdle != nil {
+		onIdle()
+	}
+	c.maybeFinish()
+}
