@@ -1,0 +1,136 @@
+package proxy
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+
+	"github.com/gozt/gozt/proxy/state"
+)
+
+// CONNECT request headers (SPEC §2.3).
+const (
+	headerBaggage     = "baggage"
+	headerForwarded   = "forwarded"
+	headerTraceparent = "traceparent"
+)
+
+// baggage describes w for the peer's telemetry (SPEC §2.3): only non-empty
+// items, in ztunnel's order.
+func baggage(w *state.Workload) string {
+	if w == nil {
+		return ""
+	}
+	var b strings.Builder
+	add := func(k, v string) {
+		if v == "" {
+			return
+		}
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(k)
+		b.WriteByte('=')
+		b.WriteString(v)
+	}
+	add("k8s.cluster.name", w.ClusterID)
+	add("k8s.namespace.name", w.Namespace)
+	if w.WorkloadName != "" {
+		add("k8s."+w.WorkloadType.String()+".name", w.WorkloadName)
+	}
+	add("service.name", w.CanonicalName)
+	add("service.version", w.CanonicalRevision)
+	add("cloud.region", w.Locality.Region)
+	add("cloud.availability_zone", w.Locality.Zone)
+	return b.String()
+}
+
+// forwarded builds the Forwarded header: for="<client ip:port>" and, when the
+// connection targets a known service, ;host=<hostname> (SPEC §2.3).
+func forwarded(client netip.AddrPort, svcHost string) string {
+	s := `for="` + client.String() + `"`
+	if svcHost != "" {
+		s += ";host=" + svcHost
+	}
+	return s
+}
+
+// traceparent returns a fresh W3C traceparent with random ids and flags 00.
+func traceparent() string {
+	var id [24]byte
+	_, _ = rand.Read(id[:])
+	return "00-" + hex.EncodeToString(id[:16]) + "-" + hex.EncodeToString(id[16:]) + "-00"
+}
+
+// authority is a parsed CONNECT :authority (SPEC §2.4 step 2): either an IP
+// target or a hostname target, always with a port.
+type authority struct {
+	addr netip.AddrPort // valid for IP targets
+	host string         // non-empty for hostname targets
+	port uint16
+}
+
+var errBadAuthority = errors.New("no valid authority")
+
+// maxHostnameLen bounds hostname authorities (DNS names are at most 253 bytes).
+const maxHostnameLen = 253
+
+// parseAuthority parses a CONNECT :authority. IP targets are "ip:port" with
+// IPv6 in brackets; anything else must be "hostname:port" with a DNS-style
+// hostname. Port 0 and ports above 65535 are rejected.
+func parseAuthority(s string) (authority, error) {
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		if ap.Port() == 0 || ap.Addr().Zone() != "" {
+			return authority{}, errBadAuthority
+		}
+		return authority{addr: netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), port: ap.Port()}, nil
+	}
+	host, portStr, err := net.SplitHostPort(s)
+	if err != nil || host == "" || len(host) > maxHostnameLen || !validHostname(host) {
+		return authority{}, errBadAuthority
+	}
+	port, err := strconv.ParseUint(portStr, 10, 16)
+	if err != nil || port == 0 || portStr[0] == '+' {
+		return authority{}, errBadAuthority
+	}
+	return authority{host: host, port: uint16(port)}, nil
+}
+
+// validHostname reports whether h is made of DNS labels (letters, digits,
+// '-', '_', separated by single dots). IP-looking strings are not hostnames.
+func validHostname(h string) bool {
+	if _, err := netip.ParseAddr(h); err == nil {
+		return false
+	}
+	label := 0
+	for i := 0; i < len(h); i++ {
+		c := h[i]
+		switch {
+		case c == '.':
+			if label == 0 {
+				return false
+			}
+			label = 0
+			continue
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-', c == '_':
+		default:
+			return false
+		}
+		label++
+		if label > 63 {
+			return false
+		}
+	}
+	return label > 0
+}
+
+func (a authority) String() string {
+	if a.host != "" {
+		return net.JoinHostPort(a.host, strconv.Itoa(int(a.port)))
+	}
+	return a.addr.String()
+}

@@ -1,0 +1,174 @@
+package proxy
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+
+	"github.com/gozt/gozt/certs"
+	"github.com/gozt/gozt/certs/identity"
+	"github.com/gozt/gozt/hbone"
+	"github.com/gozt/gozt/proxy/relay"
+	"github.com/gozt/gozt/proxy/sockopt"
+	"github.com/gozt/gozt/proxy/state"
+)
+
+var (
+	errSelfCall        = errors.New("destination is one of the proxy's own ports")
+	errUnknownSource   = errors.New("source workload not found")
+	errNoSourceAddress = errors.New("no usable downstream address")
+)
+
+// handleOutbound serves a connection captured on 15001 (SPEC §3.1).
+func (p *Proxy) handleOutbound(c net.Conn) {
+	dst := originalDst(c)
+	p.proxyOutbound(c, dst)
+}
+
+// originalDst is SO_ORIGINAL_DST, falling back to the socket's local address
+// (SPEC §3.1 step 1).
+func originalDst(c net.Conn) netip.AddrPort {
+	if tc, ok := c.(*net.TCPConn); ok {
+		if dst, ok, err := sockopt.OriginalDst(tc); err == nil && ok {
+			return unmap(dst)
+		}
+	}
+	return addrPortOf(c.LocalAddr())
+}
+
+func addrPortOf(a net.Addr) netip.AddrPort {
+	if ta, ok := a.(*net.TCPAddr); ok {
+		return unmap(ta.AddrPort())
+	}
+	ap, _ := netip.ParseAddrPort(a.String())
+	return unmap(ap)
+}
+
+func unmap(ap netip.AddrPort) netip.AddrPort {
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+}
+
+// proxyOutbound routes and proxies one outbound connection to dst. It is
+// shared by the outbound listener and SOCKS5.
+func (p *Proxy) proxyOutbound(down net.Conn, dst netip.AddrPort) {
+	downAddr := addrPortOf(down.RemoteAddr())
+	if dst.Addr().IsLoopback() && p.isIllegalPort(dst.Port()) {
+		p.connFailed(downAddr, dst, "outbound", errSelfCall)
+		return
+	}
+	snap, src := p.awaitLocalWorkload(p.lifetime)
+	if src == nil {
+		p.connFailed(downAddr, dst, "outbound", errUnknownSource)
+		return
+	}
+	r := router{snap: snap, network: p.cfg.Network}
+	rt, err := r.decide(src, downAddr.Addr(), dst)
+	if err != nil {
+		p.connFailed(downAddr, dst, "outbound", err)
+		return
+	}
+	labels := trafficLabels{reporter: "source", responseFlags: flagNone, securityPolicy: securityUnknown}
+	labels.setSource(src)
+	labels.setDestination(rt.workload)
+	labels.setService(rt.service)
+	if rt.kind == routeHBONE {
+		labels.srcPrincipal = src.Identity().String()
+		labels.securityPolicy = securityMutualTLS
+	}
+	rec := p.cfg.Metrics.open(p.accessLog, labels, false)
+	rec.srcAddr, rec.dstAddr = downAddr.String(), rt.dial.String()
+	if rt.kind == routeHBONE {
+		rec.srcIdentity = labels.srcPrincipal
+		rec.hboneAddr = rt.authority
+		if rt.workload != nil {
+			rec.dstIdentity = rt.workload.Identity().String()
+		}
+	}
+
+	up, err := p.dialOutbound(src, downAddr, rt)
+	if err != nil {
+		rec.fail(flagConnect, err)
+		return
+	}
+	res, err := relay.Copy(down, up)
+	up.Close()
+	rec.close(res.AToB, res.BToA, err)
+}
+
+// dialOutbound opens the upstream leg of rt: an HBONE stream or a TCP
+// connection.
+func (p *Proxy) dialOutbound(src *state.Workload, downAddr netip.AddrPort, rt route) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(p.lifetime, connectTimeout)
+	defer cancel()
+	if rt.kind != routeHBONE {
+		d := sockopt.Dialer(p.cfg.OutboundSource, sockopt.Options{Mark: p.cfg.Mark})
+		c, err := d.DialContext(ctx, "tcp", rt.dial.String())
+		if err != nil {
+			return nil, fmt.Errorf("connect %s: %w", rt.dial, err)
+		}
+		return c, nil
+	}
+	srcID := src.Identity()
+	key := hbone.Key{
+		SrcIdentity:   srcID.String(),
+		DstIdentities: strings.Join(rt.sans, ","),
+		Dst:           rt.dial,
+		SrcIP:         downAddr.Addr(),
+	}
+	h := make(http.Header, 3)
+	if b := baggage(src); b != "" {
+		h.Set(headerBaggage, b)
+	}
+	svcHost := ""
+	if rt.service != nil {
+		svcHost = rt.service.Hostname
+	}
+	h.Set(headerForwarded, forwarded(downAddr, svcHost))
+	h.Set(headerTraceparent, traceparent())
+	s, err := p.pool.Connect(ctx, key, rt.authority, h)
+	if err != nil {
+		return nil, fmt.Errorf("hbone connect %s via %s: %w", rt.authority, rt.dial, err)
+	}
+	return s, nil
+}
+
+// dialHBONE opens a new pooled HBONE connection for key: TCP, mTLS with the
+// source identity's certificate, then HTTP/2.
+func (p *Proxy) dialHBONE(ctx context.Context, key hbone.Key) (*hbone.ClientConn, error) {
+	id, err := identity.Parse(key.SrcIdentity)
+	if err != nil {
+		return nil, err
+	}
+	cert, err := p.cfg.Certs.Get(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("certificate for %s: %w", id, err)
+	}
+	d := sockopt.Dialer(p.cfg.OutboundSource, sockopt.Options{Mark: p.cfg.Mark})
+	raw, err := d.DialContext(ctx, "tcp", key.Dst.String())
+	if err != nil {
+		return nil, fmt.Errorf("connect %s: %w", key.Dst, err)
+	}
+	tc := tls.Client(raw, certs.ClientConfig(cert, strings.Split(key.DstIdentities, ",")))
+	if err := tc.HandshakeContext(ctx); err != nil {
+		raw.Close()
+		return nil, fmt.Errorf("tls handshake with %s: %w", key.Dst, err)
+	}
+	cc, err := hbone.NewClientConn(ctx, tc, p.cfg.HBONE)
+	if err != nil {
+		tc.Close()
+		return nil, err
+	}
+	return cc, nil
+}
+
+// connFailed logs an early failure, before a connection record exists
+// (SPEC §7.3: WARN "connection failed").
+func (p *Proxy) connFailed(src, dst netip.AddrPort, direction string, err error) {
+	p.accessLog.Warn("connection failed", "src.addr", src.String(), "dst.addr", dst.String(),
+		"direction", direction, "error", err.Error())
+}

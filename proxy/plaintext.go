@@ -1,0 +1,53 @@
+package proxy
+
+import (
+	"errors"
+	"net"
+
+	"github.com/gozt/gozt/proxy/connmgr"
+	"github.com/gozt/gozt/proxy/relay"
+	"github.com/gozt/gozt/rbac"
+)
+
+// handlePlaintext serves a connection captured on 15006: inbound traffic
+// without HBONE (SPEC §1.2). It connects to the original destination with
+// the client's IP as source.
+func (p *Proxy) handlePlaintext(c net.Conn) {
+	src := addrPortOf(c.RemoteAddr())
+	dst := originalDst(c)
+	if p.isIllegalPort(dst.Port()) {
+		p.connFailed(src, dst, "inbound", errSelfCall)
+		return
+	}
+	snap, local := p.awaitLocalWorkload(p.lifetime)
+	if local == nil {
+		p.connFailed(src, dst, "inbound", errNoLocalWorkload)
+		return
+	}
+	labels := trafficLabels{reporter: "destination", responseFlags: flagNone, securityPolicy: securityUnknown}
+	labels.setDestination(local)
+	labels.dstPrincipal = ""
+	if w := snap.WorkloadByIP(p.cfg.Network, src.Addr()); w != nil {
+		labels.setSource(w)
+	}
+	authz := rbac.Conn{Src: src, Dst: dst}
+	err := authorize(snap, local, authz)
+	var up net.Conn
+	if err != nil {
+		labels.responseFlags = flagDeny
+	} else if up, err = p.dialSpoofed(src.Addr(), dst); err != nil {
+		labels.responseFlags = flagConnect
+	}
+	rec := p.cfg.Metrics.open(p.accessLog, labels, true)
+	rec.srcAddr, rec.dstAddr = src.String(), dst.String()
+	if err != nil {
+		rec.close(0, 0, err)
+		return
+	}
+	done := p.watchPolicy(local.UID, authz, connmgr.InboundTCP, rec, c, up)
+	res, err := relay.Copy(c, up)
+	up.Close()
+	rec.close(res.AToB, res.BToA, done(err))
+}
+
+var errSOCKS = errors.New("socks5 protocol violation")

@@ -1,0 +1,437 @@
+// Package proxy runs one workload's data plane: the outbound (15001),
+// inbound plaintext (15006), inbound HBONE (15008) and SOCKS5 (15080)
+// listeners of SPEC §1–3, routing through proxy/state, tunnels through hbone
+// and byte copying through proxy/relay.
+//
+// One Proxy serves one workload, as ztunnel runs one set of listeners per pod.
+// cmd/gozt creates a Proxy per local workload and wires its dependencies.
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gozt/gozt/certs"
+	"github.com/gozt/gozt/certs/identity"
+	"github.com/gozt/gozt/hbone"
+	"github.com/gozt/gozt/proxy/connmgr"
+	"github.com/gozt/gozt/proxy/sockopt"
+	"github.com/gozt/gozt/proxy/state"
+	"github.com/gozt/gozt/rbac"
+)
+
+// The fixed ports of a workload's listeners (SPEC §1.1).
+const (
+	OutboundPort  = 15001
+	PlaintextPort = 15006
+	InboundPort   = HBONEPort
+	SOCKS5Port    = 15080
+)
+
+// CertSource gives the certificate of a workload identity; *certs.Manager
+// implements it.
+type CertSource interface {
+	Get(ctx context.Context, id identity.Identity) (*certs.Cert, error)
+}
+
+var _ CertSource = (*certs.Manager)(nil)
+
+// Config configures a Proxy. Zero values mean the documented defaults.
+type Config struct {
+	// WorkloadUID is the uid of the workload this proxy serves. Required
+	// unless Local is set.
+	WorkloadUID string
+	// Local, if non-nil, finds the workload this proxy serves in a snapshot
+	// (dedicated mode knows its workload by namespace/name/service account
+	// before xDS delivers its uid).
+	Local func(*state.Snapshot) *state.Workload
+	// BindAddr is the IP the listeners bind to: the workload's IP in local
+	// mode, the unspecified address inside a pod's network namespace.
+	BindAddr netip.Addr
+	// OutboundSource, if valid, is bound as the source of outbound
+	// connections (HBONE and plain TCP). In local mode it is the workload's
+	// IP, standing in for the pod network namespace that gives ztunnel's
+	// sockets the pod IP.
+	OutboundSource netip.Addr
+	// Network is this node's network name (NETWORK).
+	Network string
+	// Store is the mesh state. Required.
+	Store *state.Store
+	// Certs issues the workload certificates. Required.
+	Certs CertSource
+	// Metrics records traffic metrics. Required.
+	Metrics *Metrics
+	// ConnMgr, if non-nil, re-checks live inbound connections when policies
+	// change and closes those now denied (SPEC §4.4).
+	ConnMgr *connmgr.Manager
+	// EnableSOCKS5 opens the SOCKS5 listener (15080).
+	EnableSOCKS5 bool
+	// HBONE holds the HTTP/2 settings; zero fields take ztunnel's defaults.
+	HBONE hbone.Config
+	// PoolMaxStreams caps streams per pooled HBONE connection; if zero 100.
+	PoolMaxStreams int
+	// PoolIdleTimeout releases unused pooled connections; if zero 5m.
+	PoolIdleTimeout time.Duration
+	// Spoof controls source IP preservation on inbound dials (ENABLE_ORIG_SRC).
+	Spoof SpoofMode
+	// Mark, if non-zero, is set as SO_MARK on every socket.
+	Mark uint32
+	// Logger receives operational logs; AccessLog the per-connection lines.
+	// If nil, logs are discarded.
+	Logger    *slog.Logger
+	AccessLog *slog.Logger
+}
+
+// SpoofMode is ENABLE_ORIG_SRC (SPEC §0.3, §2.5).
+type SpoofMode uint8
+
+const (
+	// SpoofAuto preserves the source IP when the listener could be made
+	// transparent, or when the source IP is local anyway.
+	SpoofAuto SpoofMode = iota
+	// SpoofRequired fails the connection when the source cannot be preserved.
+	SpoofRequired
+	// SpoofOff never binds the source IP.
+	SpoofOff
+)
+
+const (
+	handshakeTimeout = 10 * time.Second // TLS handshake deadline on 15008 (TESTPLAN 21)
+	connectTimeout   = 10 * time.Second // every upstream connect (SPEC §2.1)
+)
+
+// Proxy is one workload's set of listeners.
+type Proxy struct {
+	cfg       Config
+	log       *slog.Logger
+	accessLog *slog.Logger
+	pool      *hbone.Pool
+	hbone     *hbone.Server
+	illegal   [4]uint16 // ports a connection may never target (SPEC §1.2)
+	// transparent reports whether IP_TRANSPARENT took effect on the inbound
+	// listener; set by Listen, read-only afterwards.
+	transparent bool
+
+	// lifetime ends every connection when cancelled (force close).
+	lifetime context.Context
+	cancel   context.CancelFunc
+
+	mu        sync.Mutex
+	listeners map[string]net.Listener // by name: outbound, plaintext, inbound, socks5
+	conns     map[net.Conn]struct{}   // accepted connections, for drain and force close
+	closing   bool
+
+	wg sync.WaitGroup // accept loops and connection handlers
+}
+
+// New validates cfg and returns a Proxy that has not bound anything yet.
+func New(cfg Config) (*Proxy, error) {
+	switch {
+	case cfg.WorkloadUID == "" && cfg.Local == nil:
+		return nil, errors.New("proxy: workload uid is required")
+	case cfg.Store == nil || cfg.Certs == nil || cfg.Metrics == nil:
+		panic("proxy: New needs Store, Certs and Metrics")
+	}
+	discard := slog.New(slog.DiscardHandler)
+	p := &Proxy{
+		cfg:       cfg,
+		log:       orDiscard(cfg.Logger, discard).With("workload", cfg.WorkloadUID),
+		accessLog: orDiscard(cfg.AccessLog, discard),
+		listeners: make(map[string]net.Listener),
+		conns:     make(map[net.Conn]struct{}),
+		illegal:   [4]uint16{OutboundPort, PlaintextPort, InboundPort},
+	}
+	if cfg.EnableSOCKS5 {
+		p.illegal[3] = SOCKS5Port
+	}
+	p.lifetime, p.cancel = context.WithCancel(context.Background())
+	p.pool = hbone.NewPool(hbone.PoolConfig{
+		Dial:              p.dialHBONE,
+		MaxStreamsPerConn: cfg.PoolMaxStreams,
+		IdleTimeout:       cfg.PoolIdleTimeout,
+		Logger:            p.log,
+	})
+	hcfg := cfg.HBONE
+	hcfg.Logger = p.log
+	p.hbone = &hbone.Server{Config: hcfg, Handler: p.serveConnect}
+	return p, nil
+}
+
+func orDiscard(l, discard *slog.Logger) *slog.Logger {
+	if l == nil {
+		return discard
+	}
+	return l
+}
+
+// isIllegalPort reports whether port is one of the proxy's own ports.
+func (p *Proxy) isIllegalPort(port uint16) bool {
+	for _, ip := range p.illegal {
+		if ip != 0 && ip == port {
+			return true
+		}
+	}
+	return false
+}
+
+// Listen binds every listener. On any failure it closes what it bound and
+// returns an error naming the address, so nothing is left half-started.
+func (p *Proxy) Listen(ctx context.Context) (err error) {
+	type spec struct {
+		name string
+		port uint16
+		opts sockopt.Options
+	}
+	specs := []spec{
+		{"outbound", OutboundPort, sockopt.Options{Transparent: true, Mark: p.cfg.Mark}},
+		{"plaintext", PlaintextPort, sockopt.Options{Transparent: true, Mark: p.cfg.Mark}},
+		{"inbound", InboundPort, sockopt.Options{Transparent: true, Mark: p.cfg.Mark}},
+	}
+	if p.cfg.EnableSOCKS5 {
+		specs = append(specs, spec{"socks5", SOCKS5Port, sockopt.Options{Mark: p.cfg.Mark}})
+	}
+	defer func() {
+		if err != nil {
+			p.closeListeners()
+		}
+	}()
+	for _, s := range specs {
+		lc := sockopt.ListenConfig(s.opts)
+		addr := net.JoinHostPort(p.cfg.BindAddr.String(), strconv.Itoa(int(s.port)))
+		l, err := lc.Listen(ctx, "tcp", addr)
+		if err != nil {
+			return fmt.Errorf("proxy: listen %s on %s: %w", s.name, addr, err)
+		}
+		p.mu.Lock()
+		p.listeners[s.name] = l
+		p.mu.Unlock()
+		if s.name == "inbound" {
+			p.transparent = sockopt.TransparentEnabled(l)
+		}
+	}
+	return nil
+}
+
+// Addrs returns the bound listener addresses by name.
+func (p *Proxy) Addrs() map[string]net.Addr {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	m := make(map[string]net.Addr, len(p.listeners))
+	for name, l := range p.listeners {
+		m[name] = l.Addr()
+	}
+	return m
+}
+
+// Serve runs the accept loops until Shutdown. It returns after every
+// connection it started has finished.
+func (p *Proxy) Serve() error {
+	p.mu.Lock()
+	handlers := map[string]func(net.Conn){
+		"outbound":  p.handleOutbound,
+		"plaintext": p.handlePlaintext,
+		"inbound":   p.handleInbound,
+		"socks5":    p.handleSOCKS5,
+	}
+	for name, l := range p.listeners {
+		p.wg.Add(1)
+		go p.acceptLoop(l, handlers[name])
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+	return nil
+}
+
+// acceptLoop accepts connections on l until it is closed.
+func (p *Proxy) acceptLoop(l net.Listener, handle func(net.Conn)) {
+	defer p.wg.Done()
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			p.log.Warn("accept failed", "addr", l.Addr(), "error", err)
+			time.Sleep(50 * time.Millisecond) // e.g. EMFILE: back off, do not spin
+			continue
+		}
+		if !p.track(c) {
+			c.Close()
+			continue
+		}
+		p.wg.Add(1)
+		go p.runHandler(c, handle)
+	}
+}
+
+// runHandler runs one connection's handler; a panic closes that connection
+// and nothing else (TESTPLAN F26).
+func (p *Proxy) runHandler(c net.Conn, handle func(net.Conn)) {
+	defer p.wg.Done()
+	defer p.untrack(c)
+	defer func() {
+		if r := recover(); r != nil {
+			p.log.Error("connection handler panicked", "panic", r, "src.addr", c.RemoteAddr())
+		}
+	}()
+	handle(c)
+}
+
+// track registers an accepted connection; it reports whether the proxy is
+// still accepting.
+func (p *Proxy) track(c net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closing {
+		return false
+	}
+	p.conns[c] = struct{}{}
+	return true
+}
+
+func (p *Proxy) untrack(c net.Conn) {
+	c.Close()
+	p.mu.Lock()
+	delete(p.conns, c)
+	p.mu.Unlock()
+}
+
+func (p *Proxy) closeListeners() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, l := range p.listeners {
+		l.Close()
+	}
+}
+
+// Shutdown stops accepting at once, lets connections drain until ctx is
+// done, then force-closes the rest (SPEC §8.4). HBONE server connections get
+// a graceful GOAWAY. It returns once every connection has ended.
+func (p *Proxy) Shutdown(ctx context.Context) error {
+	p.mu.Lock()
+	p.closing = true
+	p.mu.Unlock()
+	p.closeListeners()
+
+	drained := make(chan struct{})
+	go func() {
+		p.hbone.Shutdown(ctx)
+		p.waitConns(ctx)
+		close(drained)
+	}()
+	select {
+	case <-drained:
+	case <-ctx.Done():
+	}
+	p.forceClose()
+	<-drained
+	p.wg.Wait()
+	return p.pool.Close()
+}
+
+// waitConns waits until no accepted connection remains or ctx is done.
+func (p *Proxy) waitConns(ctx context.Context) {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		p.mu.Lock()
+		n := len(p.conns)
+		p.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// forceClose ends every remaining connection.
+func (p *Proxy) forceClose() {
+	p.cancel()
+	p.hbone.Close()
+	p.mu.Lock()
+	for c := range p.conns {
+		c.Close()
+	}
+	p.mu.Unlock()
+}
+
+// localWorkload returns the workload this proxy serves, or nil.
+func (p *Proxy) localWorkload(snap *state.Snapshot) *state.Workload {
+	if p.cfg.Local != nil {
+		return p.cfg.Local(snap)
+	}
+	return snap.WorkloadByUID(p.cfg.WorkloadUID)
+}
+
+// UID is the uid of the workload this proxy serves.
+func (p *Proxy) UID() string { return p.cfg.WorkloadUID }
+
+// watchPolicy registers a live inbound connection with the connection
+// manager. When a policy change denies it, both legs are closed and the
+// connection is recorded with flag DENY. The returned func unregisters and
+// turns the copy's error into the close reason.
+func (p *Proxy) watchPolicy(uid string, c rbac.Conn, kind string, rec *connRecord, legs ...net.Conn) func(error) error {
+	if p.cfg.ConnMgr == nil {
+		return func(err error) error { return err }
+	}
+	var closed atomic.Pointer[error]
+	unregister := p.cfg.ConnMgr.Register(connmgr.Info{WorkloadUID: uid, Conn: c, Inbound: kind}, func(err error) {
+		closed.Store(&err)
+		for _, l := range legs {
+			l.Close()
+		}
+	})
+	return func(err error) error {
+		unregister()
+		if reason := closed.Load(); reason != nil {
+			rec.labels.responseFlags = flagDeny
+			rec.values = rec.labels.values()
+			return *reason
+		}
+		return err
+	}
+}
+
+// localWorkloadWait is how long a connection waits for xDS to deliver the
+// workload this proxy serves (SPEC §3.1 step 3, §6.4).
+const localWorkloadWait = 5 * time.Second
+
+// awaitLocalWorkload returns the latest snapshot and the local workload,
+// waiting up to localWorkloadWait for it to appear.
+func (p *Proxy) awaitLocalWorkload(ctx context.Context) (*state.Snapshot, *state.Workload) {
+	snap := p.cfg.Store.Snapshot()
+	if w := p.localWorkload(snap); w != nil {
+		return snap, w
+	}
+	ctx, cancel := context.WithTimeout(ctx, localWorkloadWait)
+	defer cancel()
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return snap, nil
+		case <-t.C:
+		}
+		snap = p.cfg.Store.Snapshot()
+		if w := p.localWorkload(snap); w != nil {
+			return snap, w
+		}
+	}
+}

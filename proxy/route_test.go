@@ -1,0 +1,179 @@
+package proxy
+
+import (
+	"errors"
+	"math/rand/v2"
+	"net/netip"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/gozt/gozt/proxy/state"
+)
+
+func ip(s string) netip.Addr { return netip.MustParseAddr(s) }
+
+func newRouteStore(t *testing.T) *state.Snapshot {
+	t.Helper()
+	st := state.NewStore(state.Config{})
+	var errs []error
+	st.Update(func(b *state.Batch) {
+		add := func(err error) { errs = append(errs, err) }
+		add(b.InsertWorkload(&state.Workload{UID: "c//Pod/ns/client", Name: "client", Namespace: "ns",
+			ServiceAccount: "client", Addresses: []netip.Addr{ip("10.0.0.1")}, Protocol: state.HBONE}))
+		add(b.InsertWorkload(&state.Workload{UID: "c//Pod/ns/server", Name: "server", Namespace: "ns",
+			ServiceAccount: "server", Addresses: []netip.Addr{ip("10.0.0.2")}, Protocol: state.HBONE,
+			Services: map[string]state.PortMap{"ns/svc.ns.svc.cluster.local": {80: 8080}}}))
+		add(b.InsertWorkload(&state.Workload{UID: "c//Pod/ns/legacy", Name: "legacy", Namespace: "ns",
+			Addresses: []netip.Addr{ip("10.0.0.3")}, Protocol: state.None}))
+		add(b.InsertWorkload(&state.Workload{UID: "c//Pod/ns/waypoint", Name: "waypoint", Namespace: "ns",
+			ServiceAccount: "waypoint", Addresses: []netip.Addr{ip("10.0.0.10")}, Protocol: state.HBONE}))
+		add(b.InsertWorkload(&state.Workload{UID: "c//Pod/ns/behindwp", Name: "behindwp", Namespace: "ns",
+			ServiceAccount: "b", Addresses: []netip.Addr{ip("10.0.0.4")}, Protocol: state.HBONE,
+			Waypoint: &state.GatewayAddress{Address: &state.NetworkAddress{Address: ip("10.0.0.10")}, HBONEMTLSPort: 15008}}))
+		add(b.InsertWorkload(&state.Workload{UID: "c//Pod/ns/remote", Name: "remote", Namespace: "ns",
+			Addresses: []netip.Addr{ip("10.9.0.1")}, Network: "other", Protocol: state.HBONE}))
+		add(b.InsertService(&state.Service{Name: "svc", Namespace: "ns", Hostname: "svc.ns.svc.cluster.local",
+			VIPs: []state.NetworkAddress{{Address: ip("10.96.0.1")}}, Ports: state.PortMap{80: 8080},
+			SubjectAltNames: []string{"spiffe://cluster.local/ns/ns/sa/extra"}}))
+		add(b.InsertService(&state.Service{Name: "pt", Namespace: "ns", Hostname: "pt.ns.svc.cluster.local",
+			VIPs: []state.NetworkAddress{{Address: ip("10.96.0.2")}}, Ports: state.PortMap{80: 80},
+			LoadBalancer: &state.LoadBalancer{Mode: state.LBPassthrough}}))
+		add(b.InsertService(&state.Service{Name: "empty", Namespace: "ns", Hostname: "empty.ns.svc.cluster.local",
+			VIPs: []state.NetworkAddress{{Address: ip("10.96.0.3")}}, Ports: state.PortMap{80: 80}}))
+		add(b.InsertService(&state.Service{Name: "wp", Namespace: "ns", Hostname: "wp.ns.svc.cluster.local",
+			VIPs: []state.NetworkAddress{{Address: ip("10.96.0.4")}}, Ports: state.PortMap{80: 80},
+			Waypoint: &state.GatewayAddress{Address: &state.NetworkAddress{Address: ip("10.0.0.10")}, HBONEMTLSPort: 15008}}))
+	})
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return st.Snapshot()
+}
+
+func TestDecide(t *testing.T) {
+	snap := newRouteStore(t)
+	client := snap.WorkloadByUID("c//Pod/ns/client")
+	waypoint := snap.WorkloadByUID("c//Pod/ns/waypoint")
+	type want struct {
+		Kind      string
+		Dial      string
+		Authority string
+		SANs      []string
+		Workload  string
+		Waypoint  bool
+	}
+	for _, tc := range []struct {
+		name    string
+		src     *state.Workload
+		down    string
+		dst     string
+		want    want
+		wantErr error
+	}{
+		{name: "workload by IP", src: client, down: "10.0.0.1", dst: "10.0.0.2:8080", want: want{
+			Kind: "HBONE", Dial: "10.0.0.2:15008", Authority: "10.0.0.2:8080",
+			SANs: []string{"spiffe://cluster.local/ns/ns/sa/server"}, Workload: "c//Pod/ns/server"}},
+		{name: "non-HBONE workload", src: client, down: "10.0.0.1", dst: "10.0.0.3:9000", want: want{
+			Kind: "TCP", Dial: "10.0.0.3:9000", Workload: "c//Pod/ns/legacy"}},
+		{name: "unknown destination", src: client, down: "10.0.0.1", dst: "192.0.2.1:443", want: want{
+			Kind: "passthrough", Dial: "192.0.2.1:443"}},
+		{name: "service VIP", src: client, down: "10.0.0.1", dst: "10.96.0.1:80", want: want{
+			Kind: "HBONE", Dial: "10.0.0.2:15008", Authority: "10.0.0.2:8080",
+			SANs:     []string{"spiffe://cluster.local/ns/ns/sa/extra", "spiffe://cluster.local/ns/ns/sa/server"},
+			Workload: "c//Pod/ns/server"}},
+		{name: "service port not defined", src: client, down: "10.0.0.1", dst: "10.96.0.1:81", wantErr: errNoHealthyUpstream},
+		{name: "passthrough service", src: client, down: "10.0.0.1", dst: "10.96.0.2:80", want: want{
+			Kind: "passthrough", Dial: "10.96.0.2:80"}},
+		{name: "service without endpoints", src: client, down: "10.0.0.1", dst: "10.96.0.3:80", wantErr: errNoHealthyUpstream},
+		{name: "service waypoint", src: client, down: "10.0.0.1", dst: "10.96.0.4:80", want: want{
+			Kind: "HBONE", Dial: "10.0.0.10:15008", Authority: "10.96.0.4:80",
+			SANs: []string{"spiffe://cluster.local/ns/ns/sa/waypoint"}, Workload: "c//Pod/ns/waypoint", Waypoint: true}},
+		{name: "workload waypoint", src: client, down: "10.0.0.1", dst: "10.0.0.4:80", want: want{
+			Kind: "HBONE", Dial: "10.0.0.10:15008", Authority: "10.0.0.4:80",
+			SANs: []string{"spiffe://cluster.local/ns/ns/sa/waypoint"}, Workload: "c//Pod/ns/waypoint", Waypoint: true}},
+		{name: "from the waypoint itself", src: waypoint, down: "10.0.0.10", dst: "10.0.0.4:80", want: want{
+			Kind: "HBONE", Dial: "10.0.0.4:15008", Authority: "10.0.0.4:80",
+			SANs: []string{"spiffe://cluster.local/ns/ns/sa/b"}, Workload: "c//Pod/ns/behindwp"}},
+		{name: "other network", src: client, down: "10.0.0.1", dst: "10.9.0.1:80", wantErr: nil, want: want{
+			Kind: "passthrough", Dial: "10.9.0.1:80"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := router{snap: snap}
+			rt, err := r.decide(tc.src, ip(tc.down), netip.MustParseAddrPort(tc.dst))
+			if tc.wantErr != nil {
+				if !errors.Is(err, tc.wantErr) {
+					t.Fatalf("decide(%s) error = %v, want %v", tc.dst, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("decide(%s): %v", tc.dst, err)
+			}
+			got := want{Kind: rt.kind.String(), Dial: rt.dial.String(), Authority: rt.authority, SANs: rt.sans, Waypoint: rt.waypoint}
+			if rt.workload != nil {
+				got.Workload = rt.workload.UID
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("decide(%s) mismatch (-want +got):\n%s", tc.dst, diff)
+			}
+		})
+	}
+}
+
+// TestDecideRemoteNetwork: a workload on another network is found only on
+// that network, so from this network it is passthrough; a service endpoint
+// on another network needs double HBONE, which is not supported yet.
+func TestDecideRemoteNetwork(t *testing.T) {
+	st := state.NewStore(state.Config{})
+	st.Update(func(b *state.Batch) {
+		b.InsertWorkload(&state.Workload{UID: "c//Pod/ns/remote", Name: "remote", Namespace: "ns",
+			Addresses: []netip.Addr{ip("10.9.0.1")}, Network: "other", Protocol: state.HBONE,
+			Services: map[string]state.PortMap{"ns/r.ns.svc.cluster.local": {80: 80}}})
+		b.InsertService(&state.Service{Name: "r", Namespace: "ns", Hostname: "r.ns.svc.cluster.local",
+			VIPs: []state.NetworkAddress{{Address: ip("10.96.1.1")}}, Ports: state.PortMap{80: 80}})
+	})
+	r := router{snap: st.Snapshot()}
+	_, err := r.decide(&state.Workload{Namespace: "ns"}, ip("10.0.0.1"), netip.MustParseAddrPort("10.96.1.1:80"))
+	if !errors.Is(err, errDoubleHBONE) {
+		t.Errorf("decide to a remote-network endpoint = %v, want %v", err, errDoubleHBONE)
+	}
+}
+
+// TestPickEndpointWeights: the weighted pick follows capacity.
+func TestPickEndpointWeights(t *testing.T) {
+	st := state.NewStore(state.Config{})
+	st.Update(func(b *state.Batch) {
+		for i, c := range []uint32{1, 3} {
+			b.InsertWorkload(&state.Workload{UID: "c//Pod/ns/w" + string(rune('a'+i)), Name: "w", Namespace: "ns",
+				Addresses: []netip.Addr{ip("10.0.1." + string(rune('1'+i)))}, Protocol: state.HBONE, Capacity: c,
+				Services: map[string]state.PortMap{"ns/s": {80: 80}}})
+		}
+		b.InsertService(&state.Service{Name: "s", Namespace: "ns", Hostname: "s",
+			VIPs: []state.NetworkAddress{{Address: ip("10.96.2.1")}}, Ports: state.PortMap{80: 80}})
+	})
+	snap := st.Snapshot()
+	svc := snap.ServiceByKey("ns/s")
+	rng := rand.New(rand.NewPCG(1, 2))
+	r := router{snap: snap, rand: func(total uint64) uint64 {
+		if total != 4 {
+			t.Fatalf("total weight = %d, want 4", total)
+		}
+		return rng.Uint64N(total)
+	}}
+	counts := map[uint32]int{}
+	const n = 4000
+	for range n {
+		w, port, ok := r.pickEndpoint(svc, 80, nil)
+		if !ok || port != 80 {
+			t.Fatalf("pickEndpoint = %v, %d, %v", w, port, ok)
+		}
+		counts[w.Weight()]++
+	}
+	// Binomial(4000, 1/4): mean 1000, sd 27; ±4 sd.
+	if counts[1] < 890 || counts[1] > 1110 || counts[1]+counts[3] != n {
+		t.Errorf("capacity 1 vs 3 picked %d and %d times of %d; want about 1000 and 3000", counts[1], counts[3], n)
+	}
+}
