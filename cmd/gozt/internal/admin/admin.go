@@ -1,0 +1,229 @@
+// Package admin serves gozt's three HTTP/1.1 side ports (SPEC §8): admin
+// (15000, localhost only: /config_dump, /quitquitquit, /logging, pprof),
+// Prometheus metrics (15020) and readiness (15021). Only cmd/gozt imports it.
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// headerTimeout bounds reading request headers on every side port (SPEC §1.1).
+const headerTimeout = 2 * time.Second
+
+// Config configures the admin server.
+type Config struct {
+	// ConfigDump returns the value served as JSON by /config_dump. Required.
+	ConfigDump func() any
+	// Quit is called (once) by POST /quitquitquit to start a graceful
+	// shutdown. Required.
+	Quit func()
+	// LogLevel, if non-nil, is changed by POST /logging?level=LEVEL.
+	LogLevel *slog.LevelVar
+	// Handlers are extra endpoints by path (e.g. /debug/authz), or nil.
+	Handlers map[string]http.Handler
+}
+
+// ErrNotLoopback is returned when the admin address is not a loopback
+// address: the admin port must be reachable from this host only (TESTPLAN S28).
+var ErrNotLoopback = errors.New("admin: refusing to serve on a non-loopback address")
+
+// Server is one HTTP side server with its own listener.
+type Server struct {
+	srv *http.Server
+	ln  net.Listener
+	wg  sync.WaitGroup
+}
+
+// ListenAdmin binds the admin server; addr must be a loopback address.
+func ListenAdmin(ctx context.Context, addr string, cfg Config) (*Server, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("admin: address %q: %w", addr, err)
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return nil, fmt.Errorf("%w: %s", ErrNotLoopback, addr)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		fmt.Fprint(w, dashboard)
+	})
+	mux.HandleFunc("/config_dump", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(cfg.ConfigDump())
+	})
+	var quitOnce sync.Once
+	mux.HandleFunc("/quitquitquit", func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			http.Error(w, "method not allowed, use POST", http.StatusMethodNotAllowed)
+			return
+		}
+		fmt.Fprintln(w, "shutdown now")
+		quitOnce.Do(cfg.Quit)
+	})
+	mux.HandleFunc("/logging", func(w http.ResponseWriter, r *http.Request) { handleLogging(w, r, cfg.LogLevel) })
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/heap", func(w http.ResponseWriter, r *http.Request) {
+		pprof.Handler("heap").ServeHTTP(w, r)
+	})
+	mux.HandleFunc("/debug/pprof/goroutine", func(w http.ResponseWriter, r *http.Request) {
+		pprof.Handler("goroutine").ServeHTTP(w, r)
+	})
+	for path, h := range cfg.Handlers {
+		mux.Handle(path, h)
+	}
+	return listen(ctx, addr, mux)
+}
+
+// handleLogging serves /logging: POST only; no parameter reports the level,
+// ?level=LEVEL sets it, ?reset restores info (SPEC §8.1).
+func handleLogging(w http.ResponseWriter, r *http.Request, lv *slog.LevelVar) {
+	if r.Method != http.MethodPost {
+		http.Error(w, "usage: POST /logging[?level=debug|info|warn|error][&reset]", http.StatusMethodNotAllowed)
+		return
+	}
+	if lv == nil {
+		http.Error(w, "log level is fixed", http.StatusNotImplemented)
+		return
+	}
+	q := r.URL.Query()
+	if q.Has("reset") {
+		lv.Set(slog.LevelInfo)
+	}
+	if s := q.Get("level"); s != "" {
+		var l slog.Level
+		if err := l.UnmarshalText([]byte(s)); err != nil {
+			http.Error(w, fmt.Sprintf("invalid level %q", s), http.StatusBadRequest)
+			return
+		}
+		lv.Set(l)
+	}
+	fmt.Fprintf(w, "current log level is %s\n", strings.ToLower(lv.Level().String()))
+}
+
+// ListenMetrics binds the Prometheus endpoint (/metrics and
+// /stats/prometheus) for reg.
+func ListenMetrics(ctx context.Context, addr string, reg *prometheus.Registry) (*Server, error) {
+	h := promhttp.HandlerFor(reg, promhttp.HandlerOpts{EnableOpenMetrics: true})
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", h)
+	mux.Handle("/stats/prometheus", h)
+	return listen(ctx, addr, mux)
+}
+
+// Readiness tracks what still blocks readiness (SPEC §8.3).
+type Readiness struct {
+	mu       sync.Mutex
+	blockers map[string]struct{}
+}
+
+// NewReadiness returns a tracker blocked on the named tasks.
+func NewReadiness(blockers ...string) *Readiness {
+	r := &Readiness{blockers: make(map[string]struct{})}
+	for _, b := range blockers {
+		r.blockers[b] = struct{}{}
+	}
+	return r
+}
+
+// Block adds a blocker; Unblock removes it.
+func (r *Readiness) Block(name string) {
+	r.mu.Lock()
+	r.blockers[name] = struct{}{}
+	r.mu.Unlock()
+}
+
+// Unblock removes a blocker.
+func (r *Readiness) Unblock(name string) {
+	r.mu.Lock()
+	delete(r.blockers, name)
+	r.mu.Unlock()
+}
+
+// Pending returns the sorted names of the remaining blockers.
+func (r *Readiness) Pending() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	names := make([]string, 0, len(r.blockers))
+	for n := range r.blockers {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// ListenReadiness binds the readiness endpoint /healthz/ready.
+func ListenReadiness(ctx context.Context, addr string, r *Readiness) (*Server, error) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz/ready", func(w http.ResponseWriter, req *http.Request) {
+		if req.Method != http.MethodGet && req.Method != http.MethodHead {
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		if p := r.Pending(); len(p) > 0 {
+			w.WriteHeader(http.StatusInternalServerError)
+			fmt.Fprintf(w, "not ready, pending: %s\n", strings.Join(p, ", "))
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	return listen(ctx, addr, mux)
+}
+
+func listen(ctx context.Context, addr string, h http.Handler) (*Server, error) {
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("admin: listen %s: %w", addr, err)
+	}
+	s := &Server{ln: ln, srv: &http.Server{Handler: h, ReadHeaderTimeout: headerTimeout}}
+	s.srv.SetKeepAlivesEnabled(true)
+	s.wg.Add(1)
+	go s.serve()
+	return s, nil
+}
+
+func (s *Server) serve() {
+	defer s.wg.Done()
+	_ = s.srv.Serve(s.ln)
+}
+
+// Addr is the bound address.
+func (s *Server) Addr() net.Addr { return s.ln.Addr() }
+
+// Shutdown stops the server, waiting for requests until ctx is done.
+func (s *Server) Shutdown(ctx context.Context) error {
+	err := s.srv.Shutdown(ctx)
+	if err != nil {
+		s.srv.Close()
+	}
+	s.wg.Wait()
+	return err
+}
+
+const dashboard = `<!doctype html><title>gozt admin</title><h1>gozt admin</h1><ul>
+<li><a href="/config_dump">/config_dump</a>: workloads, services, policies, certificates</li>
+<li>POST /logging?level=debug: change the log level</li>
+<li>POST /quitquitquit: graceful shutdown</li>
+<li><a href="/debug/pprof/profile?seconds=10">/debug/pprof/profile</a>, <a href="/debug/pprof/heap">/debug/pprof/heap</a>, <a href="/debug/pprof/goroutine?debug=1">/debug/pprof/goroutine</a></li>
+</ul>`

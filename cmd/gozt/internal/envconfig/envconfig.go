@@ -1,0 +1,369 @@
+// Package envconfig reads ztunnel's environment variables (SPEC §0.3) into
+// one Config for `gozt proxy`. Every bad value is an error naming the
+// variable, so start-up stops with one clear line. Only cmd/gozt imports it.
+package envconfig
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"net/url"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Proxy modes (PROXY_MODE).
+const (
+	ModeShared    = "shared"
+	ModeDedicated = "dedicated"
+)
+
+// Config is the resolved configuration of `gozt proxy`.
+type Config struct {
+	ProxyMode string `json:"proxyMode"`
+	// Workload is PROXY_WORKLOAD_INFO (dedicated mode): namespace, name, service account.
+	WorkloadNamespace      string `json:"workloadNamespace"`
+	WorkloadName           string `json:"workloadName"`
+	WorkloadServiceAccount string `json:"workloadServiceAccount"`
+
+	XDSAddress      string            `json:"xdsAddress"` // "" disables xDS
+	CAAddress       string            `json:"caAddress"`
+	XDSRootCA       string            `json:"xdsRootCA"` // path, "SYSTEM", or inline PEM
+	CARootCA        string            `json:"caRootCA"`
+	AltXDSHostname  string            `json:"altXDSHostname"`
+	AltCAHostname   string            `json:"altCAHostname"`
+	AuthToken       string            `json:"-"` // path of the token file, or a static token (AuthTokenIsFile tells)
+	AuthTokenIsFile bool              `json:"authTokenIsFile"`
+	XDSHeaders      map[string]string `json:"xdsHeaders"`
+	CAHeaders       map[string]string `json:"caHeaders"`
+	ClusterID       string            `json:"clusterID"`
+	ClusterDomain   string            `json:"clusterDomain"`
+	Network         string            `json:"network"`
+	NodeName        string            `json:"nodeName"`
+	PodName         string            `json:"podName"`
+	PodNamespace    string            `json:"podNamespace"`
+	ServiceAccount  string            `json:"serviceAccount"`
+	TrustDomain     string            `json:"trustDomain"`
+	InstanceIP      string            `json:"instanceIP"`
+	SecretTTL       time.Duration     `json:"secretTTL"`
+	DrainDeadline   time.Duration     `json:"drainDeadline"`
+	LocalXDSPath    string            `json:"localXDSPath"`
+	LocalXDS        string            `json:"localXDS"`
+	Meta            map[string]string `json:"meta"`     // ISTIO_META_* (prefix stripped)
+	MetaJSON        map[string]any    `json:"metaJSON"` // ISTIO_METAJSON_*
+	IstioVersion    string            `json:"istioVersion"`
+
+	PoolMaxStreams  int           `json:"poolMaxStreams"`
+	PoolIdleTimeout time.Duration `json:"poolIdleTimeout"`
+	StreamWindow    uint32        `json:"windowSize"`
+	ConnWindow      uint32        `json:"connectionWindowSize"`
+	FrameSize       uint32        `json:"frameSize"`
+	EnableOrigSrc   *bool         `json:"enableOrigSrc"` // nil = auto
+	PacketMark      uint32        `json:"packetMark"`
+	EnableSOCKS5    bool          `json:"enableSOCKS5"`
+	IPv6Enabled     bool          `json:"ipv6Enabled"`
+	LogFormat       string        `json:"logFormat"`
+}
+
+// Load resolves the configuration from environ (os.Environ in production).
+func Load(environ []string) (Config, error) {
+	l := loader{vars: make(map[string]string, len(environ))}
+	for _, kv := range environ {
+		k, v, _ := strings.Cut(kv, "=")
+		l.vars[k] = v
+	}
+	c := Config{
+		ProxyMode:       l.str("PROXY_MODE", ModeShared),
+		ClusterDomain:   l.str("CLUSTER_DOMAIN", "cluster.local"),
+		Network:         l.str("NETWORK", ""),
+		NodeName:        l.str("NODE_NAME", ""),
+		PodName:         l.str("POD_NAME", ""),
+		PodNamespace:    l.str("POD_NAMESPACE", ""),
+		ServiceAccount:  l.str("SERVICE_ACCOUNT", ""),
+		TrustDomain:     l.str("TRUST_DOMAIN", "cluster.local"),
+		InstanceIP:      l.str("INSTANCE_IP", "1.1.1.1"),
+		AltXDSHostname:  l.str("ALT_XDS_HOSTNAME", ""),
+		AltCAHostname:   l.str("ALT_CA_HOSTNAME", ""),
+		XDSRootCA:       l.str("XDS_ROOT_CA", "./var/run/secrets/istio/root-cert.pem"),
+		CARootCA:        l.str("CA_ROOT_CA", "./var/run/secrets/istio/root-cert.pem"),
+		LocalXDSPath:    l.str("LOCAL_XDS_PATH", ""),
+		LocalXDS:        l.str("LOCAL_XDS", ""),
+		LogFormat:       l.str("LOG_FORMAT", "plain"),
+		SecretTTL:       l.duration("SECRET_TTL", 24*time.Hour),
+		PoolMaxStreams:  l.positiveInt("POOL_MAX_STREAMS_PER_CONNECTION", 100),
+		PoolIdleTimeout: l.duration("POOL_UNUSED_RELEASE_TIMEOUT", 5*time.Minute),
+		StreamWindow:    l.window("HTTP2_STREAM_WINDOW_SIZE", 4<<20),
+		ConnWindow:      l.window("HTTP2_CONNECTION_WINDOW_SIZE", 16<<20),
+		FrameSize:       l.frameSize("HTTP2_FRAME_SIZE", 1<<20),
+		EnableSOCKS5:    l.boolean("UNSTABLE_ENABLE_SOCKS5", false),
+		IPv6Enabled:     l.boolean("IPV6_ENABLED", true),
+		EnableOrigSrc:   l.optBool("ENABLE_ORIG_SRC"),
+	}
+	c.Meta, c.MetaJSON, c.XDSHeaders, c.CAHeaders = prefixed(&l, environ)
+	c.IstioVersion = orDefault(c.Meta["ISTIO_VERSION"], "unknown")
+	c.ClusterID = orDefault(c.Meta["CLUSTER_ID"], l.str("CLUSTER_ID", "Kubernetes"))
+	c.resolveMode(&l)
+	c.resolveAddresses(&l)
+	c.resolveToken(&l)
+	c.resolveDrain(&l)
+	c.resolveMark(&l)
+	if _, err := netip.ParseAddr(c.InstanceIP); err != nil {
+		l.fail("INSTANCE_IP", "not an IP address: %q", c.InstanceIP)
+	}
+	if c.LocalXDSPath != "" && c.LocalXDS != "" {
+		l.fail("LOCAL_XDS", "LOCAL_XDS and LOCAL_XDS_PATH are mutually exclusive")
+	}
+	if c.LogFormat != "plain" && c.LogFormat != "json" {
+		l.fail("LOG_FORMAT", "must be plain or json, not %q", c.LogFormat)
+	}
+	if l.boolean("FAKE_CA", false) {
+		l.fail("FAKE_CA", "gozt has no insecure fake CA; certificates always come from CA_ADDRESS")
+	}
+	return c, l.err
+}
+
+func (c *Config) resolveMode(l *loader) {
+	switch c.ProxyMode {
+	case ModeShared:
+	case ModeDedicated:
+		info := l.str("PROXY_WORKLOAD_INFO", "")
+		parts := strings.Split(info, "/")
+		if len(parts) != 3 || parts[0] == "" || parts[1] == "" || parts[2] == "" {
+			l.fail("PROXY_WORKLOAD_INFO", "dedicated mode needs namespace/name/serviceaccount, got %q", info)
+			return
+		}
+		c.WorkloadNamespace, c.WorkloadName, c.WorkloadServiceAccount = parts[0], parts[1], parts[2]
+	default:
+		l.fail("PROXY_MODE", "must be shared or dedicated, not %q", c.ProxyMode)
+	}
+}
+
+// resolveAddresses applies the XDS_ADDRESS / CA_ADDRESS defaults: istiod in
+// Kubernetes, else localhost; https:// prepended when the scheme is missing.
+func (c *Config) resolveAddresses(l *loader) {
+	def := "https://localhost:15012"
+	if l.get("KUBERNETES_SERVICE_HOST") != "" {
+		def = "https://istiod.istio-system.svc:15012"
+	}
+	c.XDSAddress = l.address("XDS_ADDRESS", def)
+	if v, present := l.vars["XDS_ADDRESS"]; present && v == "" {
+		c.XDSAddress = "" // explicitly empty disables xDS (SPEC §0.3)
+	}
+	c.CAAddress = l.address("CA_ADDRESS", def)
+	if c.CAAddress == "" {
+		l.fail("CA_ADDRESS", "must not be empty: an empty CA address never means an insecure fake CA")
+	}
+}
+
+func (c *Config) resolveToken(l *loader) {
+	const defPath = "./var/run/secrets/tokens/istio-token"
+	v := l.get("AUTH_TOKEN")
+	switch {
+	case v == "":
+		if _, err := os.Stat(defPath); err == nil {
+			c.AuthToken, c.AuthTokenIsFile = defPath, true
+		}
+	default:
+		_, err := os.Stat(v)
+		c.AuthToken, c.AuthTokenIsFile = v, err == nil
+	}
+}
+
+// resolveDrain: CONNECTION_TERMINATION_DEADLINE, else from
+// TERMINATION_GRACE_PERIOD_SECONDS (secs−5 if >10 else secs−1, ≥1s), else 5s.
+func (c *Config) resolveDrain(l *loader) {
+	c.DrainDeadline = 5 * time.Second
+	if l.get("CONNECTION_TERMINATION_DEADLINE") != "" {
+		c.DrainDeadline = l.duration("CONNECTION_TERMINATION_DEADLINE", 0)
+		return
+	}
+	if v := l.get("TERMINATION_GRACE_PERIOD_SECONDS"); v != "" {
+		secs, err := strconv.Atoi(v)
+		if err != nil || secs < 0 {
+			l.fail("TERMINATION_GRACE_PERIOD_SECONDS", "not a non-negative integer: %q", v)
+			return
+		}
+		if secs > 10 {
+			secs -= 5
+		} else {
+			secs--
+		}
+		c.DrainDeadline = time.Duration(max(secs, 1)) * time.Second
+	}
+}
+
+func (c *Config) resolveMark(l *loader) {
+	def := ""
+	if c.ProxyMode == ModeShared {
+		def = "1337"
+	}
+	v := l.str("PACKET_MARK", def)
+	if v == "" {
+		return
+	}
+	n, err := strconv.ParseUint(v, 0, 32)
+	if err != nil {
+		l.fail("PACKET_MARK", "not a 32-bit integer: %q", v)
+		return
+	}
+	c.PacketMark = uint32(n)
+}
+
+// prefixed collects ISTIO_META_*, ISTIO_METAJSON_*, XDS_HEADER_* and CA_HEADER_*.
+func prefixed(l *loader, environ []string) (meta map[string]string, metaJSON map[string]any, xdsH, caH map[string]string) {
+	meta, metaJSON = map[string]string{}, map[string]any{}
+	xdsH, caH = map[string]string{}, map[string]string{}
+	sort.Strings(environ)
+	for _, kv := range environ {
+		k, v, _ := strings.Cut(kv, "=")
+		switch {
+		case strings.HasPrefix(k, "ISTIO_METAJSON_"):
+			var x any
+			if err := json.Unmarshal([]byte(v), &x); err != nil {
+				l.fail(k, "not JSON: %v", err)
+				continue
+			}
+			metaJSON[strings.TrimPrefix(k, "ISTIO_METAJSON_")] = x
+		case strings.HasPrefix(k, "ISTIO_META_"):
+			meta[strings.TrimPrefix(k, "ISTIO_META_")] = v
+		case strings.HasPrefix(k, "XDS_HEADER_"):
+			xdsH[strings.ToLower(strings.TrimPrefix(k, "XDS_HEADER_"))] = v
+		case strings.HasPrefix(k, "CA_HEADER_"):
+			caH[strings.ToLower(strings.TrimPrefix(k, "CA_HEADER_"))] = v
+		}
+	}
+	return meta, metaJSON, xdsH, caH
+}
+
+// loader reads variables and keeps the first error.
+type loader struct {
+	vars map[string]string
+	err  error
+}
+
+func (l *loader) get(name string) string { return l.vars[name] }
+
+// ErrInvalid is wrapped by every configuration error.
+var ErrInvalid = errors.New("invalid environment")
+
+func (l *loader) fail(name, format string, args ...any) {
+	if l.err == nil {
+		l.err = fmt.Errorf("%w: %s: %s", ErrInvalid, name, fmt.Sprintf(format, args...))
+	}
+}
+
+func (l *loader) str(name, def string) string {
+	if v, ok := l.lookup(name); ok {
+		return v
+	}
+	return def
+}
+
+func (l *loader) lookup(name string) (string, bool) {
+	v := l.get(name)
+	return v, v != ""
+}
+
+func (l *loader) duration(name string, def time.Duration) time.Duration {
+	v, ok := l.lookup(name)
+	if !ok {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		l.fail(name, "not a positive duration like 5s or 24h: %q", v)
+		return def
+	}
+	return d
+}
+
+func (l *loader) positiveInt(name string, def int) int {
+	v, ok := l.lookup(name)
+	if !ok {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		l.fail(name, "not a positive integer: %q", v)
+		return def
+	}
+	return n
+}
+
+// window reads an HTTP/2 window size: 1 .. 2^31-1 (RFC 9113 §6.9.1).
+func (l *loader) window(name string, def uint32) uint32 {
+	v, ok := l.lookup(name)
+	if !ok {
+		return def
+	}
+	n, err := strconv.ParseUint(v, 10, 32)
+	if err != nil || n == 0 || n > 1<<31-1 {
+		l.fail(name, "not a window size in 1..2147483647: %q", v)
+		return def
+	}
+	return uint32(n)
+}
+
+// frameSize reads SETTINGS_MAX_FRAME_SIZE: 16384 .. 16777215 (RFC 9113 §6.5.2).
+func (l *loader) frameSize(name string, def uint32) uint32 {
+	v, ok := l.lookup(name)
+	if !ok {
+		return def
+	}
+	n, err := strconv.ParseUint(v, 10, 32)
+	if err != nil || n < 1<<14 || n > 1<<24-1 {
+		l.fail(name, "not a frame size in 16384..16777215: %q", v)
+		return def
+	}
+	return uint32(n)
+}
+
+func (l *loader) boolean(name string, def bool) bool {
+	b := l.optBool(name)
+	if b == nil {
+		return def
+	}
+	return *b
+}
+
+func (l *loader) optBool(name string) *bool {
+	v, ok := l.lookup(name)
+	if !ok {
+		return nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		l.fail(name, "not a boolean: %q", v)
+		return nil
+	}
+	return &b
+}
+
+// address reads an xDS/CA address: "https://" is prepended without a scheme;
+// any scheme but https is refused. An explicitly empty value is "".
+func (l *loader) address(name, def string) string {
+	v, ok := l.lookup(name)
+	if !ok {
+		return def
+	}
+	if !strings.Contains(v, "://") {
+		v = "https://" + v
+	}
+	u, err := url.Parse(v)
+	if err != nil || u.Scheme != "https" || u.Host == "" {
+		l.fail(name, "must be an https:// address, got %q", v)
+		return ""
+	}
+	return v
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}

@@ -1,0 +1,106 @@
+package envconfig
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestDefaults(t *testing.T) {
+	c, err := Load(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct{ got, want any }{
+		"mode":        {c.ProxyMode, ModeShared},
+		"xds":         {c.XDSAddress, "https://localhost:15012"},
+		"ca":          {c.CAAddress, "https://localhost:15012"},
+		"cluster":     {c.ClusterID, "Kubernetes"},
+		"ttl":         {c.SecretTTL, 24 * time.Hour},
+		"drain":       {c.DrainDeadline, 5 * time.Second},
+		"mark":        {c.PacketMark, uint32(1337)},
+		"window":      {c.StreamWindow, uint32(4 << 20)},
+		"conn window": {c.ConnWindow, uint32(16 << 20)},
+		"frame":       {c.FrameSize, uint32(1 << 20)},
+		"streams":     {c.PoolMaxStreams, 100},
+		"idle":        {c.PoolIdleTimeout, 5 * time.Minute},
+		"instance":    {c.InstanceIP, "1.1.1.1"},
+		"version":     {c.IstioVersion, "unknown"},
+		"td":          {c.TrustDomain, "cluster.local"},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("default %s = %v, want %v", name, tc.got, tc.want)
+		}
+	}
+}
+
+func TestValues(t *testing.T) {
+	c, err := Load([]string{
+		"KUBERNETES_SERVICE_HOST=10.0.0.1",
+		"PROXY_MODE=dedicated", "PROXY_WORKLOAD_INFO=ns/name/sa",
+		"CA_ADDRESS=istiod.example:15012",
+		"ISTIO_META_CLUSTER_ID=c2", "CLUSTER_ID=ignored",
+		"ISTIO_META_ISTIO_VERSION=1.30.0", "ISTIO_METAJSON_LABELS={\"a\":\"b\"}",
+		"XDS_HEADER_X_TEST=1", "CA_HEADER_Y=2",
+		"TERMINATION_GRACE_PERIOD_SECONDS=30",
+		"ENABLE_ORIG_SRC=false",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.XDSAddress != "https://istiod.istio-system.svc:15012" || c.CAAddress != "https://istiod.example:15012" {
+		t.Errorf("addresses = %q, %q", c.XDSAddress, c.CAAddress)
+	}
+	if c.WorkloadNamespace != "ns" || c.WorkloadName != "name" || c.WorkloadServiceAccount != "sa" {
+		t.Errorf("workload = %q/%q/%q", c.WorkloadNamespace, c.WorkloadName, c.WorkloadServiceAccount)
+	}
+	if c.ClusterID != "c2" || c.IstioVersion != "1.30.0" {
+		t.Errorf("cluster %q version %q", c.ClusterID, c.IstioVersion)
+	}
+	if c.XDSHeaders["x_test"] != "1" || c.CAHeaders["y"] != "2" || c.MetaJSON["LABELS"] == nil {
+		t.Errorf("prefixed = %v %v %v", c.XDSHeaders, c.CAHeaders, c.MetaJSON)
+	}
+	if c.DrainDeadline != 25*time.Second || c.PacketMark != 0 || c.EnableOrigSrc == nil || *c.EnableOrigSrc {
+		t.Errorf("drain %v mark %d origsrc %v", c.DrainDeadline, c.PacketMark, c.EnableOrigSrc)
+	}
+	c, err = Load([]string{"XDS_ADDRESS="})
+	if err != nil || c.XDSAddress != "" {
+		t.Errorf("empty XDS_ADDRESS = %q, %v; want disabled", c.XDSAddress, err)
+	}
+}
+
+// TestBadValues: each bad value is one error naming the variable.
+func TestBadValues(t *testing.T) {
+	for _, kv := range []string{
+		"PROXY_MODE=sidecar",
+		"PROXY_WORKLOAD_INFO=ns/name",
+		"SECRET_TTL=-5s",
+		"SECRET_TTL=tomorrow",
+		"POOL_MAX_STREAMS_PER_CONNECTION=0",
+		"HTTP2_STREAM_WINDOW_SIZE=0",
+		"HTTP2_FRAME_SIZE=1000",
+		"ENABLE_ORIG_SRC=maybe",
+		"PACKET_MARK=x",
+		"INSTANCE_IP=not-an-ip",
+		"XDS_ADDRESS=http://istiod:15010",
+		"LOG_FORMAT=xml",
+		"FAKE_CA=true",
+		"TERMINATION_GRACE_PERIOD_SECONDS=-1",
+		"ISTIO_METAJSON_X={bad",
+		"LOCAL_XDS_PATH=/a",
+	} {
+		env := []string{kv}
+		name, _, _ := strings.Cut(kv, "=")
+		switch name {
+		case "PROXY_WORKLOAD_INFO":
+			env = append(env, "PROXY_MODE=dedicated")
+		case "LOCAL_XDS_PATH":
+			env, name = append(env, "LOCAL_XDS=workloads: []"), "LOCAL_XDS"
+		}
+		_, err := Load(env)
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), name+":") || strings.Contains(err.Error(), "\n") {
+			t.Errorf("Load(%q) error = %v, want one line naming %s", env, err, name)
+		}
+	}
+}

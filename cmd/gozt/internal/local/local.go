@@ -1,0 +1,342 @@
+// Package local wires `gozt local`: a whole mesh on one machine. Every
+// workload of the local config whose IP belongs to this host gets its own
+// listeners bound to that IP (as a pod gets them in its netns), certificates
+// come from a built-in CA, and the admin, metrics and readiness ports serve
+// the node's state. Only cmd/gozt imports it.
+package local
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/gozt/gozt/certs"
+	"github.com/gozt/gozt/certs/localca"
+	"github.com/gozt/gozt/cmd/gozt/internal/admin"
+	"github.com/gozt/gozt/cmd/gozt/internal/explain"
+	"github.com/gozt/gozt/proxy"
+	"github.com/gozt/gozt/proxy/connmgr"
+	"github.com/gozt/gozt/proxy/sockopt"
+	"github.com/gozt/gozt/proxy/state"
+	"github.com/gozt/gozt/xds"
+)
+
+//go:embed demo.yaml
+var demoConfig []byte
+
+// DemoBackendAddr is where the demo echo backend listens.
+const DemoBackendAddr = "127.0.0.3:8080"
+
+// Options configures a local mesh. Zero values mean the documented defaults.
+type Options struct {
+	// ConfigPath is the local config YAML (SPEC §5.5); empty loads the
+	// embedded demo and starts the demo echo backend.
+	ConfigPath string
+	// CADir, if set, holds the CA in Istio's cacerts layout (created if absent).
+	CADir string
+	// AdminAddr, MetricsAddr, ReadinessAddr: if empty 127.0.0.1:15000,
+	// 127.0.0.1:15020 and 127.0.0.1:15021.
+	AdminAddr, MetricsAddr, ReadinessAddr string
+	// Network is this node's network name.
+	Network string
+	// CertTTL is the workload certificate lifetime; if zero 24h.
+	CertTTL time.Duration
+	// Logger receives logs (nil: discard); LogLevel, if set, is changed by
+	// the admin /logging endpoint.
+	Logger   *slog.Logger
+	LogLevel *slog.LevelVar
+	// Out receives the start-up banner; nil means none.
+	Out io.Writer
+}
+
+// Mesh is a running local mesh.
+type Mesh struct {
+	opts     Options
+	log      *slog.Logger
+	store    *state.Store
+	static   *xds.LocalConfig
+	ca       *localca.CA
+	certs    *certs.Manager
+	connmgr  *connmgr.Manager
+	registry *prometheus.Registry
+	proxies  []*proxy.Proxy
+	ready    *admin.Readiness
+	servers  []*admin.Server
+	echo     *EchoServer
+	quit     chan struct{}
+	quitOnce sync.Once
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// Start loads the config, binds every listener and starts serving. On error
+// nothing is left running.
+func Start(ctx context.Context, opts Options) (m *Mesh, err error) {
+	m = &Mesh{opts: opts, log: opts.Logger, quit: make(chan struct{})}
+	if m.log == nil {
+		m.log = slog.New(slog.DiscardHandler)
+	}
+	if opts.ConfigPath == "" {
+		m.static, err = xds.ParseLocalConfig("demo.yaml", demoConfig)
+	} else {
+		m.static, err = xds.LoadLocalConfig(opts.ConfigPath)
+	}
+	if err != nil {
+		return nil, err
+	}
+	m.connmgr = connmgr.New(connmgr.Config{Logger: m.log.With("scope", "connmgr")})
+	m.store = state.NewStore(state.Config{OnUpdate: func(_, next *state.Snapshot) { m.connmgr.Notify(next) }})
+	var applyErr error
+	m.store.Update(func(b *state.Batch) { applyErr = m.static.Apply(b) })
+	if applyErr != nil {
+		return nil, applyErr
+	}
+	m.ca, err = localca.New(localca.Config{Dir: opts.CADir, TTL: opts.CertTTL})
+	if err != nil {
+		return nil, err
+	}
+	m.certs = certs.NewManager(certs.ManagerConfig{Issuer: m.ca, Logger: m.log.With("scope", "certs")})
+	m.registry = prometheus.NewRegistry()
+	m.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.registry.MustRegister(buildInfo())
+	m.ready = admin.NewReadiness("proxy")
+
+	defer func() {
+		if err != nil {
+			m.closeAll()
+		}
+	}()
+	if err := m.startSidePorts(ctx); err != nil {
+		return nil, err
+	}
+	if err := m.startProxies(ctx); err != nil {
+		return nil, err
+	}
+	if opts.ConfigPath == "" {
+		if m.echo, err = ListenEcho(DemoBackendAddr); err != nil {
+			return nil, err
+		}
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	m.cancel = cancel
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		_ = m.certs.Run(runCtx)
+	}()
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		_ = m.connmgr.Run(runCtx)
+	}()
+	for _, p := range m.proxies {
+		m.wg.Add(1)
+		go func() {
+			defer m.wg.Done()
+			_ = p.Serve()
+		}()
+	}
+	m.ready.Unblock("proxy")
+	m.banner()
+	return m, nil
+}
+
+func (m *Mesh) startSidePorts(ctx context.Context) error {
+	adminSrv, err := admin.ListenAdmin(ctx, orDefault(m.opts.AdminAddr, "127.0.0.1:15000"), admin.Config{
+		ConfigDump: func() any {
+			return admin.ConfigDump(admin.DumpInput{
+				Snapshot: m.store.Snapshot(), Static: m.static.Raw, Certs: m.certs.States(),
+				Config: m.dumpConfig(), Version: Version,
+			})
+		},
+		Quit:     m.signalQuit,
+		LogLevel: m.opts.LogLevel,
+		Handlers: map[string]http.Handler{"/debug/authz": explain.Handler(m.store.Snapshot)},
+	})
+	if err != nil {
+		return err
+	}
+	m.servers = append(m.servers, adminSrv)
+	metricsSrv, err := admin.ListenMetrics(ctx, orDefault(m.opts.MetricsAddr, "127.0.0.1:15020"), m.registry)
+	if err != nil {
+		return err
+	}
+	m.servers = append(m.servers, metricsSrv)
+	readySrv, err := admin.ListenReadiness(ctx, orDefault(m.opts.ReadinessAddr, "127.0.0.1:15021"), m.ready)
+	if err != nil {
+		return err
+	}
+	m.servers = append(m.servers, readySrv)
+	return nil
+}
+
+// startProxies creates and binds a proxy for every workload with an IP on
+// this host.
+func (m *Mesh) startProxies(ctx context.Context) error {
+	metrics := proxy.NewMetrics(m.registry)
+	access := m.log.With("scope", "access")
+	for _, w := range m.store.Snapshot().Workloads() {
+		ip, ok := localIP(w)
+		if !ok {
+			continue
+		}
+		p, err := proxy.New(proxy.Config{
+			WorkloadUID:    w.UID,
+			BindAddr:       ip,
+			OutboundSource: ip,
+			Network:        m.opts.Network,
+			Store:          m.store,
+			Certs:          m.certs,
+			Metrics:        metrics,
+			ConnMgr:        m.connmgr,
+			EnableSOCKS5:   true,
+			Logger:         m.log.With("scope", "proxy"),
+			AccessLog:      access,
+		})
+		if err != nil {
+			return err
+		}
+		if err := p.Listen(ctx); err != nil {
+			return err
+		}
+		m.proxies = append(m.proxies, p)
+	}
+	if len(m.proxies) == 0 {
+		return errors.New("local: no workload has an IP on this host; nothing to serve")
+	}
+	return nil
+}
+
+// localIP returns the first of w's addresses that belongs to this host
+// (loopback addresses always do on Linux).
+func localIP(w *state.Workload) (netip.Addr, bool) {
+	for _, a := range w.Addresses {
+		if a.IsLoopback() || sockopt.IsLocal(a) {
+			return a, true
+		}
+	}
+	return netip.Addr{}, false
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+func (m *Mesh) signalQuit() { m.quitOnce.Do(func() { close(m.quit) }) }
+
+// Quit is closed when POST /quitquitquit asks for a shutdown.
+func (m *Mesh) Quit() <-chan struct{} { return m.quit }
+
+// Store exposes the mesh state (tests push changes through it).
+func (m *Mesh) Store() *state.Store { return m.store }
+
+// CA is the built-in CA.
+func (m *Mesh) CA() *localca.CA { return m.ca }
+
+// Certs is the certificate manager.
+func (m *Mesh) Certs() *certs.Manager { return m.certs }
+
+// AdminAddr, MetricsAddr and ReadinessAddr are the bound side ports.
+func (m *Mesh) AdminAddr() net.Addr     { return m.servers[0].Addr() }
+func (m *Mesh) MetricsAddr() net.Addr   { return m.servers[1].Addr() }
+func (m *Mesh) ReadinessAddr() net.Addr { return m.servers[2].Addr() }
+
+// Shutdown drains: listeners stop at once, connections may finish until ctx
+// is done, then the rest are closed (SPEC §8.4).
+func (m *Mesh) Shutdown(ctx context.Context) error {
+	m.ready.Block("shutdown")
+	var wg sync.WaitGroup
+	for _, p := range m.proxies {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = p.Shutdown(ctx)
+		}()
+	}
+	wg.Wait()
+	m.closeAll()
+	return nil
+}
+
+// closeAll stops everything that is still running, without draining.
+func (m *Mesh) closeAll() {
+	for _, p := range m.proxies {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		_ = p.Shutdown(ctx)
+	}
+	if m.echo != nil {
+		m.echo.Close()
+	}
+	if m.cancel != nil {
+		m.cancel()
+	}
+	m.wg.Wait()
+	for _, s := range m.servers {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = s.Shutdown(ctx)
+		cancel()
+	}
+}
+
+// banner prints every listener and commands to try.
+func (m *Mesh) banner() {
+	out := m.opts.Out
+	if out == nil {
+		return
+	}
+	fmt.Fprintln(out, "gozt local: mesh running")
+	for _, p := range m.proxies {
+		for _, name := range []string{"outbound", "plaintext", "inbound", "socks5"} {
+			if a, ok := p.Addrs()[name]; ok {
+				fmt.Fprintf(out, "  %-28s %-9s %s\n", p.UID(), name, a)
+			}
+		}
+	}
+	fmt.Fprintf(out, "  admin      http://%s/config_dump\n", m.AdminAddr())
+	fmt.Fprintf(out, "  metrics    http://%s/metrics\n", m.MetricsAddr())
+	fmt.Fprintf(out, "  readiness  http://%s/healthz/ready\n", m.ReadinessAddr())
+	if m.echo != nil {
+		fmt.Fprintf(out, "  demo echo backend on %s\n\nTry:\n", DemoBackendAddr)
+		fmt.Fprintln(out, "  curl --socks5 127.0.0.2:15080 http://127.0.0.3:8080/")
+		fmt.Fprintln(out, "  curl --socks5 127.0.0.2:15080 http://127.10.0.1:80/")
+	}
+}
+
+func buildInfo() prometheus.Collector {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "istio_build", Help: "Istio component build info"},
+		[]string{"component", "tag"})
+	g.WithLabelValues("ztunnel", Version).Set(1)
+	return g
+}
+
+// Version is gozt's version, reported as istio_build's tag and in /config_dump.
+const Version = "0.1.0-dev"
+
+// dumpConfig is the "config" section of /config_dump.
+func (m *Mesh) dumpConfig() map[string]any {
+	return map[string]any{
+		"proxyMode":     "local",
+		"network":       m.opts.Network,
+		"adminAddr":     m.AdminAddr().String(),
+		"statsAddr":     m.MetricsAddr().String(),
+		"readinessAddr": m.ReadinessAddr().String(),
+		"localXdsPath":  m.opts.ConfigPath,
+		"caDir":         m.opts.CADir,
+	}
+}

@@ -1,0 +1,412 @@
+// Package node wires `gozt proxy`: the node proxy configured by ztunnel's
+// environment variables, with workloads and policies from istiod's delta xDS
+// and certificates from istiod's CA. Dedicated mode (one workload, listeners
+// in gozt's own network namespace) is supported; shared (in-pod) mode is not
+// yet. Only cmd/gozt imports it.
+package node
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/gozt/gozt/certs"
+	"github.com/gozt/gozt/certs/istioca"
+	"github.com/gozt/gozt/cmd/gozt/internal/admin"
+	"github.com/gozt/gozt/cmd/gozt/internal/envconfig"
+	"github.com/gozt/gozt/cmd/gozt/internal/explain"
+	"github.com/gozt/gozt/hbone"
+	"github.com/gozt/gozt/proxy"
+	"github.com/gozt/gozt/proxy/connmgr"
+	"github.com/gozt/gozt/proxy/state"
+	"github.com/gozt/gozt/xds"
+)
+
+// ErrSharedMode is returned for PROXY_MODE=shared until in-pod mode lands.
+var ErrSharedMode = errors.New("PROXY_MODE=shared (in-pod mode over istio-cni's ZDS) is not supported yet; use PROXY_MODE=dedicated")
+
+// Readiness blockers (SPEC §8.3).
+const (
+	blockState = "state manager"
+	blockProxy = "proxy"
+)
+
+// Options configures a node proxy.
+type Options struct {
+	Env envconfig.Config
+	// AdminAddr, MetricsAddr, ReadinessAddr: if empty 127.0.0.1:15000,
+	// [::]:15020 (0.0.0.0 without IPv6) and [::]:15021.
+	AdminAddr, MetricsAddr, ReadinessAddr string
+	// BindAddr is the address the workload listeners bind to; if invalid,
+	// the unspecified address ([::], or 0.0.0.0 without IPv6). A gozt
+	// addition: tests run several dedicated proxies on loopback IPs.
+	BindAddr netip.Addr
+	// OutboundSource, if valid, binds outbound sockets (as local mode does).
+	OutboundSource netip.Addr
+	Logger         *slog.Logger
+	LogLevel       *slog.LevelVar
+}
+
+// Node is a running node proxy.
+type Node struct {
+	opts     Options
+	log      *slog.Logger
+	store    *state.Store
+	certs    *certs.Manager
+	ca       *istioca.Client
+	xds      *xds.Client
+	connmgr  *connmgr.Manager
+	proxy    *proxy.Proxy
+	ready    *admin.Readiness
+	servers  []*admin.Server
+	registry *prometheus.Registry
+	quit     chan struct{}
+	quitOnce sync.Once
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+}
+
+// Start builds every component from opts.Env, binds the listeners and
+// starts serving. The workload listeners accept at once; connections wait
+// (up to 5s) for xDS to deliver the local workload.
+func Start(ctx context.Context, opts Options) (n *Node, err error) {
+	env := opts.Env
+	if env.ProxyMode != envconfig.ModeDedicated {
+		return nil, ErrSharedMode
+	}
+	n = &Node{opts: opts, log: opts.Logger, quit: make(chan struct{}), registry: prometheus.NewRegistry()}
+	if n.log == nil {
+		n.log = slog.New(slog.DiscardHandler)
+	}
+	n.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	n.connmgr = connmgr.New(connmgr.Config{Logger: n.log.With("scope", "connmgr")})
+	n.store = state.NewStore(state.Config{OnUpdate: func(_, next *state.Snapshot) { n.connmgr.Notify(next) }})
+	n.ready = admin.NewReadiness(blockState, blockProxy)
+	runCtx, cancel := context.WithCancel(context.Background())
+	n.cancel = cancel
+	defer func() {
+		if err != nil {
+			n.closeAll()
+		}
+	}()
+	if err := n.loadStatic(); err != nil {
+		return nil, err
+	}
+	if err := n.buildControlPlane(); err != nil {
+		return nil, err
+	}
+	if err := n.startSidePorts(ctx); err != nil {
+		return nil, err
+	}
+	if err := n.startProxy(ctx); err != nil {
+		return nil, err
+	}
+	n.run(runCtx)
+	return n, nil
+}
+
+// loadStatic applies LOCAL_XDS_PATH / LOCAL_XDS (SPEC §5.5).
+func (n *Node) loadStatic() error {
+	env := n.opts.Env
+	var cfg *xds.LocalConfig
+	var err error
+	switch {
+	case env.LocalXDSPath != "":
+		cfg, err = xds.LoadLocalConfig(env.LocalXDSPath)
+	case env.LocalXDS != "":
+		cfg, err = xds.ParseLocalConfig("LOCAL_XDS", []byte(env.LocalXDS))
+	default:
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var applyErr error
+	n.store.Update(func(b *state.Batch) { applyErr = cfg.Apply(b) })
+	return applyErr
+}
+
+// buildControlPlane creates the CA client, the certificate manager and the
+// xDS client from the environment.
+func (n *Node) buildControlPlane() error {
+	env := n.opts.Env
+	token, err := tokenSource(env)
+	if err != nil {
+		return err
+	}
+	caTLS, err := controlPlaneTLS("CA_ROOT_CA", env.CARootCA, env.CAAddress, env.AltCAHostname)
+	if err != nil {
+		return err
+	}
+	n.ca, err = istioca.New(istioca.Config{
+		Address:   env.CAAddress,
+		TLS:       caTLS,
+		Token:     token,
+		ClusterID: env.ClusterID,
+		Headers:   env.CAHeaders,
+		TTL:       env.SecretTTL,
+	})
+	if err != nil {
+		return fmt.Errorf("CA_ADDRESS: %w", err)
+	}
+	n.certs = certs.NewManager(certs.ManagerConfig{Issuer: n.ca, Logger: n.log.With("scope", "certs")})
+	if env.XDSAddress == "" {
+		n.ready.Unblock(blockState)
+		return nil
+	}
+	xdsTLS, err := controlPlaneTLS("XDS_ROOT_CA", env.XDSRootCA, env.XDSAddress, env.AltXDSHostname)
+	if err != nil {
+		return err
+	}
+	n.xds, err = xds.NewClient(xds.Config{
+		Address:   env.XDSAddress,
+		TLS:       xdsTLS,
+		Token:     token,
+		ClusterID: env.ClusterID,
+		Headers:   env.XDSHeaders,
+		Node: xds.BuildNode(xds.NodeInfo{
+			InstanceIP: env.InstanceIP, PodName: env.PodName, PodNamespace: env.PodNamespace,
+			NodeName: env.NodeName, Meta: env.Meta, MetaJSON: env.MetaJSON,
+		}),
+		Store:   n.store,
+		Logger:  n.log.With("scope", "xds"),
+		Metrics: n.registry,
+	})
+	if err != nil {
+		return fmt.Errorf("XDS_ADDRESS: %w", err)
+	}
+	return nil
+}
+
+// tokenSource is AUTH_TOKEN: a file re-read on every request, a static
+// token, or nothing.
+func tokenSource(env envconfig.Config) (func() (string, error), error) {
+	switch {
+	case env.AuthToken == "":
+		return nil, nil
+	case env.AuthTokenIsFile:
+		return istioca.TokenFile(env.AuthToken), nil
+	default:
+		tok := env.AuthToken
+		return func() (string, error) { return tok, nil }, nil
+	}
+}
+
+// controlPlaneTLS builds the TLS config for istiod from a root setting
+// (path, SYSTEM, or inline PEM) and the address's host name.
+func controlPlaneTLS(name, rootSetting, address, alt string) (*tls.Config, error) {
+	roots, err := rootSource(name, rootSetting)
+	if err != nil {
+		return nil, err
+	}
+	u, err := url.Parse(address)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return istioca.TLSConfig(roots, u.Hostname(), alt), nil
+}
+
+// rootSource resolves XDS_ROOT_CA / CA_ROOT_CA (SPEC §0.3): an existing
+// path is read on every handshake (so a rotated file takes effect); SYSTEM
+// means the OS roots; anything else must be inline PEM.
+func rootSource(name, v string) (func() (*x509.CertPool, error), error) {
+	if v == "SYSTEM" {
+		return x509.SystemCertPool, nil
+	}
+	if _, err := os.Stat(v); err == nil {
+		return func() (*x509.CertPool, error) {
+			data, err := os.ReadFile(v)
+			if err != nil {
+				return nil, err
+			}
+			return istioca.RootPool(data)
+		}, nil
+	}
+	pool, err := istioca.RootPool([]byte(v))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %q is neither a readable file, SYSTEM, nor PEM certificates", name, truncate(v))
+	}
+	return func() (*x509.CertPool, error) { return pool, nil }, nil
+}
+
+func truncate(s string) string {
+	if len(s) > 60 {
+		return s[:60] + "..."
+	}
+	return s
+}
+
+func (n *Node) startSidePorts(ctx context.Context) error {
+	wild := "[::]"
+	if !n.opts.Env.IPv6Enabled {
+		wild = "0.0.0.0"
+	}
+	adminSrv, err := admin.ListenAdmin(ctx, orDefault(n.opts.AdminAddr, "127.0.0.1:15000"), admin.Config{
+		ConfigDump: func() any {
+			return admin.ConfigDump(admin.DumpInput{
+				Snapshot: n.store.Snapshot(), Certs: n.certs.States(), Config: n.opts.Env, Version: Version,
+			})
+		},
+		Quit:     func() { n.quitOnce.Do(func() { close(n.quit) }) },
+		LogLevel: n.opts.LogLevel,
+		Handlers: map[string]http.Handler{"/debug/authz": explain.Handler(n.store.Snapshot)},
+	})
+	if err != nil {
+		return err
+	}
+	n.servers = append(n.servers, adminSrv)
+	metricsSrv, err := admin.ListenMetrics(ctx, orDefault(n.opts.MetricsAddr, wild+":15020"), n.registry)
+	if err != nil {
+		return err
+	}
+	n.servers = append(n.servers, metricsSrv)
+	readySrv, err := admin.ListenReadiness(ctx, orDefault(n.opts.ReadinessAddr, wild+":15021"), n.ready)
+	if err != nil {
+		return err
+	}
+	n.servers = append(n.servers, readySrv)
+	return nil
+}
+
+func (n *Node) startProxy(ctx context.Context) error {
+	env := n.opts.Env
+	bind := n.opts.BindAddr
+	if !bind.IsValid() {
+		bind = netip.IPv6Unspecified()
+		if !env.IPv6Enabled {
+			bind = netip.IPv4Unspecified()
+		}
+	}
+	spoof := proxy.SpoofAuto
+	if env.EnableOrigSrc != nil {
+		spoof = proxy.SpoofOff
+		if *env.EnableOrigSrc {
+			spoof = proxy.SpoofRequired
+		}
+	}
+	ns, name, sa, node := env.WorkloadNamespace, env.WorkloadName, env.WorkloadServiceAccount, env.NodeName
+	p, err := proxy.New(proxy.Config{
+		Local:          func(s *state.Snapshot) *state.Workload { return s.FindWorkload(node, ns, name, sa) },
+		BindAddr:       bind,
+		OutboundSource: n.opts.OutboundSource,
+		Network:        env.Network,
+		Store:          n.store,
+		Certs:          n.certs,
+		Metrics:        proxy.NewMetrics(n.registry),
+		ConnMgr:        n.connmgr,
+		EnableSOCKS5:   env.EnableSOCKS5,
+		HBONE: hbone.Config{
+			StreamWindow: env.StreamWindow, ConnWindow: env.ConnWindow, MaxFrameSize: env.FrameSize,
+		},
+		PoolMaxStreams:  env.PoolMaxStreams,
+		PoolIdleTimeout: env.PoolIdleTimeout,
+		Spoof:           spoof,
+		Mark:            env.PacketMark,
+		Logger:          n.log.With("scope", "proxy"),
+		AccessLog:       n.log.With("scope", "access"),
+	})
+	if err != nil {
+		return err
+	}
+	if err := p.Listen(ctx); err != nil {
+		return err
+	}
+	n.proxy = p
+	return nil
+}
+
+// run starts the background loops: certificates, connection re-checks, xDS,
+// and the proxy's accept loops.
+func (n *Node) run(ctx context.Context) {
+	n.goRun(func() { _ = n.certs.Run(ctx) })
+	n.goRun(func() { _ = n.connmgr.Run(ctx) })
+	if n.xds != nil {
+		n.goRun(func() { _ = n.xds.Run(ctx) })
+		n.goRun(func() {
+			select {
+			case <-n.xds.Ready():
+				n.ready.Unblock(blockState)
+				n.log.Info("xds synced: state manager ready")
+			case <-ctx.Done():
+			}
+		})
+	}
+	n.goRun(func() { _ = n.proxy.Serve() })
+	n.ready.Unblock(blockProxy)
+}
+
+func (n *Node) goRun(f func()) {
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		f()
+	}()
+}
+
+// Quit is closed when POST /quitquitquit asks for a shutdown.
+func (n *Node) Quit() <-chan struct{} { return n.quit }
+
+// Store is the node's mesh state.
+func (n *Node) Store() *state.Store { return n.store }
+
+// Certs is the certificate manager.
+func (n *Node) Certs() *certs.Manager { return n.certs }
+
+// Addrs returns the workload listeners' addresses by name.
+func (n *Node) Addrs() map[string]net.Addr { return n.proxy.Addrs() }
+
+// AdminAddr, MetricsAddr, ReadinessAddr are the bound side ports.
+func (n *Node) AdminAddr() net.Addr     { return n.servers[0].Addr() }
+func (n *Node) MetricsAddr() net.Addr   { return n.servers[1].Addr() }
+func (n *Node) ReadinessAddr() net.Addr { return n.servers[2].Addr() }
+
+// Shutdown drains the proxy until ctx is done, then stops everything.
+func (n *Node) Shutdown(ctx context.Context) error {
+	n.ready.Block("shutdown")
+	if n.proxy != nil {
+		_ = n.proxy.Shutdown(ctx)
+	}
+	n.closeAll()
+	return nil
+}
+
+func (n *Node) closeAll() {
+	if n.proxy != nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		_ = n.proxy.Shutdown(ctx)
+	}
+	n.cancel()
+	n.wg.Wait()
+	if n.ca != nil {
+		n.ca.Close()
+	}
+	for _, s := range n.servers {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = s.Shutdown(ctx)
+		cancel()
+	}
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// Version is reported in /config_dump.
+const Version = "0.1.0-dev"

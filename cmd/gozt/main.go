@@ -1,0 +1,204 @@
+// Command gozt is a drop-in, wire-compatible Go implementation of Istio's
+// ztunnel. Subcommands:
+//
+//	gozt local [--config FILE] [--ca-dir DIR]   a whole mesh on one machine
+//	gozt explain --config-dump FILE --src IP --dst IP:PORT   explain an authorization decision offline
+//	gozt proxy [ztunnel]                        the node proxy, configured like ztunnel by env vars
+//	gozt version                                print the version
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/gozt/gozt/cmd/gozt/internal/envconfig"
+	"github.com/gozt/gozt/cmd/gozt/internal/explain"
+	"github.com/gozt/gozt/cmd/gozt/internal/local"
+	"github.com/gozt/gozt/cmd/gozt/internal/node"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "gozt:", err)
+		os.Exit(1)
+	}
+}
+
+const usage = `usage: gozt <command> [flags]
+
+commands:
+  local     run a whole mesh on this machine (see README)
+  explain   explain an authorization decision from a saved /config_dump
+            (gozt explain --config-dump FILE --src IP[:PORT] [--identity SPIFFE] --dst IP:PORT)
+  proxy     run as the node proxy of an Istio ambient cluster, configured by
+            ztunnel's environment variables (PROXY_MODE=dedicated; shared mode not yet)
+  version   print the version
+  help      print this help
+`
+
+var errUsage = errors.New("unknown command (try `gozt help`)")
+
+func run(args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return errUsage
+	}
+	switch args[0] {
+	case "local":
+		return runLocal(args[1:], stdout, stderr)
+	case "explain":
+		err := explain.Run(args[1:], stdout, stderr)
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	case "proxy":
+		// ztunnel is started as `ztunnel proxy ztunnel`; accept and ignore
+		// the trailing role argument.
+		return runProxy(stdout, stderr)
+	case "version":
+		fmt.Fprintln(stdout, "gozt", local.Version)
+		return nil
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fmt.Fprint(stderr, usage)
+	return errUsage
+}
+
+func runProxy(stdout, stderr io.Writer) error {
+	env, err := envconfig.Load(os.Environ())
+	if err != nil {
+		return err
+	}
+	level := new(slog.LevelVar)
+	if err := level.UnmarshalText([]byte(envOr("LOG_LEVEL", "info"))); err != nil {
+		return fmt.Errorf("LOG_LEVEL: %w", err)
+	}
+	logger := newLogger(stderr, env.LogFormat, level)
+	raiseFileLimit(logger)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	n, err := node.Start(ctx, node.Options{Env: env, Logger: logger, LogLevel: level})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "gozt proxy: %s mode, listeners %v\n", env.ProxyMode, n.Addrs())
+	select {
+	case <-ctx.Done():
+	case <-n.Quit():
+	}
+	stop()
+	logger.Info("shutting down", "drain", env.DrainDeadline)
+	dctx, cancel := context.WithTimeout(context.Background(), env.DrainDeadline)
+	defer cancel()
+	return n.Shutdown(dctx)
+}
+
+// raiseFileLimit lifts the soft RLIMIT_NOFILE to the hard limit (SPEC §0.1).
+func raiseFileLimit(logger *slog.Logger) {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return
+	}
+	if lim.Cur < lim.Max {
+		lim.Cur = lim.Max
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+			logger.Warn("cannot raise the open-file limit", "error", err)
+		}
+	}
+}
+
+func runLocal(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("gozt local", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var opts local.Options
+	fs.StringVar(&opts.ConfigPath, "config", "", "local config YAML (SPEC §5.5); default: the embedded demo")
+	fs.StringVar(&opts.CADir, "ca-dir", "", "CA directory in Istio's cacerts layout, created if absent")
+	fs.StringVar(&opts.AdminAddr, "admin-addr", "127.0.0.1:15000", "admin address (loopback only)")
+	fs.StringVar(&opts.MetricsAddr, "metrics-addr", "127.0.0.1:15020", "Prometheus metrics address")
+	fs.StringVar(&opts.ReadinessAddr, "readiness-addr", "127.0.0.1:15021", "readiness address")
+	fs.StringVar(&opts.Network, "network", os.Getenv("NETWORK"), "this node's network name")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	deadline, err := drainDeadline()
+	if err != nil {
+		return err
+	}
+	level := new(slog.LevelVar)
+	if err := level.UnmarshalText([]byte(envOr("LOG_LEVEL", "info"))); err != nil {
+		return fmt.Errorf("LOG_LEVEL: %w", err)
+	}
+	opts.LogLevel = level
+	opts.Logger = newLogger(stderr, os.Getenv("LOG_FORMAT"), level)
+	opts.Out = stdout
+	raiseFileLimit(opts.Logger)
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	m, err := local.Start(ctx, opts)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+	case <-m.Quit():
+	}
+	stop() // a second SIGINT now kills the process at once
+	opts.Logger.Info("shutting down", "drain", deadline)
+	dctx, cancel := context.WithTimeout(context.Background(), deadline)
+	defer cancel()
+	return m.Shutdown(dctx)
+}
+
+// drainDeadline is CONNECTION_TERMINATION_DEADLINE, else derived from
+// TERMINATION_GRACE_PERIOD_SECONDS, else 5s (SPEC §0.3, §8.4).
+func drainDeadline() (time.Duration, error) {
+	if v := os.Getenv("CONNECTION_TERMINATION_DEADLINE"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			return 0, fmt.Errorf("CONNECTION_TERMINATION_DEADLINE: invalid duration %q", v)
+		}
+		return d, nil
+	}
+	if v := os.Getenv("TERMINATION_GRACE_PERIOD_SECONDS"); v != "" {
+		secs, err := strconv.Atoi(v)
+		if err != nil || secs < 0 {
+			return 0, fmt.Errorf("TERMINATION_GRACE_PERIOD_SECONDS: invalid value %q", v)
+		}
+		if secs > 10 {
+			secs -= 5
+		} else {
+			secs--
+		}
+		return time.Duration(max(secs, 1)) * time.Second, nil
+	}
+	return 5 * time.Second, nil
+}
+
+func newLogger(w io.Writer, format string, level *slog.LevelVar) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: level}
+	if strings.EqualFold(format, "json") {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}

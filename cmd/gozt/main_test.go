@@ -1,0 +1,71 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestRunCommands(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		wantErr error
+		wantOut string
+	}{
+		{args: []string{"version"}, wantOut: "gozt "},
+		{args: []string{"help"}, wantOut: "usage: gozt"},
+		{args: []string{"bogus"}, wantErr: errUsage},
+		{args: nil, wantErr: errUsage},
+	} {
+		var out, errOut bytes.Buffer
+		err := run(tc.args, &out, &errOut)
+		if !errors.Is(err, tc.wantErr) {
+			t.Errorf("run(%q) error = %v, want %v", tc.args, err, tc.wantErr)
+		}
+		if !strings.Contains(out.String(), tc.wantOut) {
+			t.Errorf("run(%q) output = %q, want it to contain %q", tc.args, out.String(), tc.wantOut)
+		}
+	}
+	t.Setenv("PROXY_MODE", "shared")
+	if err := run([]string{"proxy"}, &bytes.Buffer{}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "not supported yet") {
+		t.Errorf("run(proxy) in shared mode = %v, want a clear not-supported error", err)
+	}
+	t.Setenv("PROXY_MODE", "dedicated")
+	t.Setenv("PROXY_WORKLOAD_INFO", "")
+	if err := run([]string{"proxy"}, &bytes.Buffer{}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "PROXY_WORKLOAD_INFO") {
+		t.Errorf("run(proxy) without PROXY_WORKLOAD_INFO = %v, want an error naming it", err)
+	}
+}
+
+func TestDrainDeadline(t *testing.T) {
+	for _, tc := range []struct {
+		deadline, grace string
+		want            time.Duration
+		wantErr         bool
+	}{
+		{want: 5 * time.Second},
+		{deadline: "2s", grace: "30", want: 2 * time.Second},
+		{grace: "30", want: 25 * time.Second},
+		{grace: "10", want: 9 * time.Second},
+		{grace: "1", want: time.Second},
+		{grace: "x", wantErr: true},
+		{deadline: "soon", wantErr: true},
+	} {
+		t.Setenv("CONNECTION_TERMINATION_DEADLINE", tc.deadline)
+		t.Setenv("TERMINATION_GRACE_PERIOD_SECONDS", tc.grace)
+		got, err := drainDeadline()
+		if (err != nil) != tc.wantErr || (!tc.wantErr && got != tc.want) {
+			t.Errorf("drainDeadline(%q, %q) = %v, %v; want %v (error %v)", tc.deadline, tc.grace, got, err, tc.want, tc.wantErr)
+		}
+	}
+}
+
+func TestLocalBadConfig(t *testing.T) {
+	var out, errOut bytes.Buffer
+	err := run([]string{"local", "--config", "/nonexistent/mesh.yaml"}, &out, &errOut)
+	if err == nil || !strings.Contains(err.Error(), "mesh.yaml") {
+		t.Errorf("gozt local with a missing config = %v, want an error naming the file", err)
+	}
+}
