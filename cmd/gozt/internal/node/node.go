@@ -62,29 +62,30 @@ type Options struct {
 
 // Node is a running node proxy.
 type Node struct {
-	opts     Options
-	log      *slog.Logger
-	store    *state.Store
-	certs    *certs.Manager
-	ca       *istioca.Client
-	xds      *xds.Client
-	connmgr  *connmgr.Manager
-	proxy    *proxy.Proxy
-	ready    *admin.Readiness
-	servers  []*admin.Server
-	registry *prometheus.Registry
-	quit     chan struct{}
-	quitOnce sync.Once
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
+	opts    Options
+	log     *slog.Logger
+	store   *state.Store
+	certs   *certs.Manager
+	ca      *istioca.Client
+	xds     *xds.Client
+	connmgr *connmgr.Manager
+	proxy   *proxy.Proxy
+	// findLocal finds the workload this dedicated proxy serves.
+	findLocal func(*state.Snapshot) *state.Workload
+	ready     *admin.Readiness
+	servers   []*admin.Server
+	registry  *prometheus.Registry
+	quit      chan struct{}
+	quitOnce  sync.Once
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
 }
 
 // Start builds every component from opts.Env, binds the listeners and
 // starts serving. The workload listeners accept at once; connections wait
 // (up to 5s) for xDS to deliver the local workload.
 func Start(ctx context.Context, opts Options) (n *Node, err error) {
-	env := opts.Env
-	if env.ProxyMode != envconfig.ModeDedicated {
+	if opts.Env.ProxyMode != envconfig.ModeDedicated {
 		return nil, ErrSharedMode
 	}
 	n = &Node{opts: opts, log: opts.Logger, quit: make(chan struct{}), registry: prometheus.NewRegistry()}
@@ -93,7 +94,17 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 	}
 	n.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	n.connmgr = connmgr.New(connmgr.Config{Logger: n.log.With("scope", "connmgr")})
-	n.store = state.NewStore(state.Config{OnUpdate: func(_, next *state.Snapshot) { n.connmgr.Notify(next) }})
+	env := opts.Env
+	n.findLocal = func(s *state.Snapshot) *state.Workload {
+		return s.FindWorkload(env.NodeName, env.WorkloadNamespace, env.WorkloadName, env.WorkloadServiceAccount)
+	}
+	var hook *certHook
+	n.store = state.NewStore(state.Config{OnUpdate: func(prev, next *state.Snapshot) {
+		n.connmgr.Notify(next)
+		if hook != nil {
+			hook.update(prev, next)
+		}
+	}})
 	n.ready = admin.NewReadiness(blockState, blockProxy)
 	runCtx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
@@ -108,6 +119,13 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 	if err := n.buildControlPlane(); err != nil {
 		return nil, err
 	}
+	// Dedicated mode prefetches only its own workload's certificate; shared
+	// mode will prefetch every local-node workload's (SPEC §5.4).
+	hook = newCertHook(n.certs, func(w *state.Workload) bool {
+		return w.Namespace == env.WorkloadNamespace && w.Name == env.WorkloadName &&
+			w.Identity().ServiceAccount == orDefault(env.WorkloadServiceAccount, state.DefaultServiceAccount)
+	})
+	hook.update(nil, n.store.Snapshot())
 	if err := n.startSidePorts(ctx); err != nil {
 		return nil, err
 	}
@@ -297,14 +315,13 @@ func (n *Node) startProxy(ctx context.Context) error {
 			spoof = proxy.SpoofRequired
 		}
 	}
-	ns, name, sa, node := env.WorkloadNamespace, env.WorkloadName, env.WorkloadServiceAccount, env.NodeName
 	p, err := proxy.New(proxy.Config{
-		Local:          func(s *state.Snapshot) *state.Workload { return s.FindWorkload(node, ns, name, sa) },
+		Local:          n.findLocal,
 		BindAddr:       bind,
 		OutboundSource: n.opts.OutboundSource,
 		Network:        env.Network,
 		Store:          n.store,
-		Certs:          n.certs,
+		Certs:          ownCerts{certs: n.certs, store: n.store, local: n.findLocal},
 		Metrics:        proxy.NewMetrics(n.registry),
 		ConnMgr:        n.connmgr,
 		EnableSOCKS5:   env.EnableSOCKS5,

@@ -200,3 +200,18 @@ func get(t *testing.T, url string) string {
 	b, _ := io.ReadAll(resp.Body)
 	return string(b)
 }
+
+// socksPing opens a connection through the client's SOCKS5 port and checks
+// one echo round trip.
+func socksPing(clientIP, target string) error {
+	d, err := xproxy.SOCKS5("tcp", clientIP+":15080", nil, xproxy.Direct)
+	if err != nil {
+		return err
+	}
+	c, err := d.Dial("tcp", target)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return ping(c)
+}
