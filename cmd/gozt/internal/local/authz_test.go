@@ -102,3 +102,47 @@ func TestPolicyChangeClosesLiveConnection(t *testing.T) {
 	}
 	waitLog(t, tm, "policy change")
 }
+
+// TestPolicyFromConfigFile: a DENY in the local config file denies
+// client → server:8080 (401 on the tunnel, the client's connection closes,
+// response flag DENY, the access log names the policy) while port 9090 stays
+// open; removing the policy lets the next connection through.
+func TestPolicyFromConfigFile(t *testing.T) {
+	tm := startMeshWith(t, `
+policies:
+- name: deny-client-8080
+  namespace: demo
+  scope: Namespace
+  action: Deny
+  rules:
+  - - - principals: [{Exact: cluster.local/ns/demo/sa/client}]
+    - - destinationPorts: [8080]
+`)
+	b := listenBackend(t, tm.ips.Server+":8080", echoHandler)
+	listenBackend(t, tm.ips.Server+":9090", echoHandler)
+
+	c := tm.socksDial(t, tm.ips.Server+":8080")
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	c.Write([]byte("ping"))
+	if _, err := io.ReadFull(c, make([]byte, 4)); err == nil {
+		t.Fatal("connection denied by the config file was carried")
+	}
+	c.Close()
+	if got := b.accepted(); len(got) != 0 {
+		t.Errorf("denied connection reached the backend %d times", len(got))
+	}
+	waitLog(t, tm, "denied by policy demo/deny-client-8080")
+	metrics := httpGet(t, "http://"+tm.MetricsAddr().String()+"/metrics")
+	if metricValue(metrics, "istio_tcp_connections_closed_total", `reporter="destination"`, `response_flags="DENY"`) < 1 {
+		t.Errorf("no destination close with response_flags DENY in:\n%s", metrics)
+	}
+
+	c = tm.socksDial(t, tm.ips.Server+":9090")
+	roundTrip(t, c)
+	c.Close()
+
+	setPolicy(t, tm.Store(), denyClient8080(), true)
+	c = tm.socksDial(t, tm.ips.Server+":8080")
+	roundTrip(t, c)
+	c.Close()
+}

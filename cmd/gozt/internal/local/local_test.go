@@ -129,6 +129,12 @@ func waitLog(t *testing.T, tm *testMesh, s string) {
 
 func startMesh(t *testing.T) *testMesh {
 	t.Helper()
+	return startMeshWith(t, "")
+}
+
+// startMeshWith starts the base mesh with extra YAML appended to its config.
+func startMeshWith(t *testing.T, extra string) *testMesh {
+	t.Helper()
 	ips := newIPs()
 	vip := strings.Replace(ips.Client, "127.77.", "127.78.", 1)
 	var buf bytes.Buffer
@@ -140,6 +146,7 @@ func startMesh(t *testing.T) *testMesh {
 		t.Fatal(err)
 	}
 	logs := &logBuffer{}
+	buf.WriteString(extra)
 	path := filepath.Join(t.TempDir(), "mesh.yaml")
 	if err := os.WriteFile(path, buf.Bytes(), 0o600); err != nil {
 		t.Fatal(err)
