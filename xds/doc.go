@@ -12,6 +12,19 @@
 //	var applyErr error
 //	store.Update(func(b *state.Batch) { applyErr = cfg.Apply(b) })
 //
+// The delta ADS client (SPEC §5.1) subscribes to istio.workload.Address and
+// istio.security.Authorization, converts each resource once with
+// WorkloadFromProto, ServiceFromProto and PolicyFromProto, applies a push in
+// one batch, NACKs invalid resources one by one and reconnects with the
+// versions it holds:
+//
+//	c, err := xds.NewClient(xds.Config{Address: "https://istiod:15012", TLS: tlsCfg, Store: store,
+//		Node: xds.BuildNode(xds.NodeInfo{PodName: pod, PodNamespace: ns})})
+//	go c.Run(ctx)
+//	<-c.Ready() // the first response of each type has been applied and ACKed
+//
+// Package xdstest is the matching in-process fake istiod for tests.
+//
 // xds imports proxy/state, rbac and certs/identity, never proxy, hbone or
 // certs.
 package xds
