@@ -134,3 +134,25 @@ func (a authority) String() string {
 	}
 	return a.addr.String()
 }
+
+// forwardedHost returns the host= parameter of a Forwarded header (quotes
+// stripped), or "" when absent or not plain ASCII. Only telemetry uses it;
+// it never affects routing or authorization (TESTPLAN S8, S16).
+func forwardedHost(h string) string {
+	for _, elem := range strings.Split(h, ",") {
+		for _, pair := range strings.Split(elem, ";") {
+			k, v, ok := strings.Cut(strings.TrimSpace(pair), "=")
+			if !ok || !strings.EqualFold(k, "host") {
+				continue
+			}
+			v = strings.Trim(v, `"`)
+			for i := 0; i < len(v); i++ {
+				if v[i] < 0x21 || v[i] > 0x7e {
+					return ""
+				}
+			}
+			return v
+		}
+	}
+	return ""
+}

@@ -107,3 +107,18 @@ func TestTraceparent(t *testing.T) {
 		t.Errorf("two traceparents are equal: %q", a)
 	}
 }
+
+func TestForwardedHost(t *testing.T) {
+	for in, want := range map[string]string{
+		`for="10.0.0.1:5000";host=echo.demo.svc.cluster.local`: "echo.demo.svc.cluster.local",
+		`for="10.0.0.1:5000";Host="a.b"`:                       "a.b",
+		`for="10.0.0.1:5000"`:                                  "",
+		`host=caf\u00e9`:                                       `caf\u00e9`,
+		"host=caf\u00e9":                                       "",
+		"":                                                     "",
+	} {
+		if got := forwardedHost(in); got != want {
+			t.Errorf("forwardedHost(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -100,6 +100,9 @@ func (p *Proxy) serveConnect(s *hbone.ServerStream) {
 	if src := p.cfg.Store.Snapshot().WorkloadByIP(p.cfg.Network, req.src.Addr()); src != nil {
 		labels.setSource(src)
 	}
+	if req.service == nil && req.local != nil {
+		req.service = guessService(p.cfg.Store.Snapshot(), req.local, forwardedHost(s.Header().Get(headerForwarded)), req.upstream.Port())
+	}
 	labels.setService(req.service)
 	var up net.Conn
 	if ierr == nil {
@@ -301,4 +304,38 @@ func (p *Proxy) dialSpoofed(src netip.Addr, dst netip.AddrPort) (net.Conn, error
 // rather than from the destination.
 func isBindError(err error) bool {
 	return errors.Is(err, syscall.EADDRNOTAVAIL) || errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EACCES)
+}
+
+// guessService names the service an inbound connection was for, for metrics
+// and logs only (SPEC §7.1): the Forwarded host= service if the workload
+// belongs to it, else the first of the workload's services whose target port
+// is the destination port.
+func guessService(snap *state.Snapshot, local *state.Workload, host string, port uint16) *state.Service {
+	if host != "" {
+		if svc := snap.ServiceByKey(local.Namespace + "/" + host); svc != nil {
+			if _, ok := local.Services[svc.Key()]; ok {
+				return svc
+			}
+		}
+		for key := range local.Services {
+			if svc := snap.ServiceByKey(key); svc != nil && svc.Hostname == host {
+				return svc
+			}
+		}
+	}
+	var best *state.Service
+	for key, ports := range local.Services {
+		svc := snap.ServiceByKey(key)
+		if svc == nil {
+			continue
+		}
+		for sp, tp := range ports {
+			if tp == port || (tp == 0 && svc.Ports[sp] == port) {
+				if best == nil || svc.Key() < best.Key() {
+					best = svc
+				}
+			}
+		}
+	}
+	return best
 }
