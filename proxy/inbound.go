@@ -39,15 +39,6 @@ func unavailable(err error) *inboundError {
 	return &inboundError{http.StatusServiceUnavailable, flagConnect, err}
 }
 
-var (
-	errNotConnect      = errors.New("method is not CONNECT")
-	errIPMismatch      = errors.New("ip mismatch: authority is not the address the connection reached")
-	errNoLocalWorkload = errors.New("local workload not found")
-	errNoService       = errors.New("no service for hostname authority")
-	errNoTargetPort    = errors.New("no target port for service")
-	errDenied          = errors.New("connection denied by authorization policy")
-)
-
 // handleInbound terminates mTLS on 15008 and serves HTTP/2 CONNECT streams.
 func (p *Proxy) handleInbound(c net.Conn) {
 	tc := tls.Server(c, certs.ServerConfig(p.serverCert))

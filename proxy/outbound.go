@@ -3,7 +3,6 @@ package proxy
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -16,12 +15,6 @@ import (
 	"github.com/gozt/gozt/proxy/relay"
 	"github.com/gozt/gozt/proxy/sockopt"
 	"github.com/gozt/gozt/proxy/state"
-)
-
-var (
-	errSelfCall        = errors.New("destination is one of the proxy's own ports")
-	errUnknownSource   = errors.New("source workload not found")
-	errNoSourceAddress = errors.New("no usable downstream address")
 )
 
 // handleOutbound serves a connection captured on 15001 (SPEC §3.1).

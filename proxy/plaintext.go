@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"errors"
 	"net"
 
 	"github.com/gozt/gozt/proxy/connmgr"
@@ -49,5 +48,3 @@ func (p *Proxy) handlePlaintext(c net.Conn) {
 	up.Close()
 	rec.close(res.AToB, res.BToA, done(err))
 }
-
-var errSOCKS = errors.New("socks5 protocol violation")

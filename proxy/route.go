@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
@@ -48,13 +47,6 @@ type route struct {
 	service   *state.Service // the service the original destination addressed, or nil
 	waypoint  bool           // the connection goes through a waypoint
 }
-
-// Outbound decision errors.
-var (
-	errNoHealthyUpstream = errors.New("no healthy upstream")
-	errUnknownWaypoint   = errors.New("unknown waypoint")
-	errDoubleHBONE       = errors.New("double HBONE (multi-network) is not supported yet")
-)
 
 // HBONEPort is the inbound HBONE port every mesh workload listens on.
 const HBONEPort = 15008
