@@ -92,10 +92,14 @@ func (b *BatchConn) end() error {
 	return b.flushLocked()
 }
 
-// batchConnOf returns the BatchConn under c (directly or under a *tls.Conn),
-// or nil.
+// batchConnOf returns the BatchConn under c (directly or under a *tls.Conn
+// whose handshake is complete), or nil. Batching under a handshake still in
+// progress would hold back its messages while it waits for the answer.
 func batchConnOf(c net.Conn) *BatchConn {
 	if tc, ok := c.(*tls.Conn); ok {
+		if !tc.ConnectionState().HandshakeComplete {
+			return nil
+		}
 		c = tc.NetConn()
 	}
 	b, _ := c.(*BatchConn)

@@ -410,3 +410,45 @@ func TestNewClientConnTimeout(t *testing.T) {
 		t.Errorf("connection still open after a failed NewClientConn")
 	}
 }
+
+// TestClientShutdown: the client's GOAWAY stops new streams, the open one
+// finishes, then the connection closes; with an expired ctx it closes at once.
+func TestClientShutdown(t *testing.T) {
+	p := newPair(t, func(s *ServerStream) {
+		s.Respond(http.StatusOK, nil)
+		io.Copy(s, s)
+		s.CloseWrite()
+		s.Close()
+	}, pairOpts{})
+	s := p.connect(context.Background())
+	shut := runAsync(func() error { return p.cc.Shutdown(context.Background()) })
+	waitFor(t, func() bool { return !p.cc.CanTakeNewStream() }, "GOAWAY sent")
+	if _, err := p.cc.Connect(context.Background(), "a:1", nil); !errors.Is(err, ErrNoCapacity) {
+		t.Errorf("Connect during Shutdown = %v, want ErrNoCapacity", err)
+	}
+	s.Write([]byte("last words"))
+	s.CloseWrite()
+	b, err := io.ReadAll(s)
+	if err != nil || string(b) != "last words" {
+		t.Errorf("open stream during Shutdown read %q, %v", b, err)
+	}
+	s.Close()
+	wait(t, shut, "Shutdown")
+	select {
+	case <-p.cc.Done():
+	default:
+		t.Error("connection open after Shutdown returned")
+	}
+
+	q := newPair(t, echoHandler, pairOpts{})
+	s2 := q.connect(context.Background())
+	defer s2.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer cancel()
+	if err := q.cc.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Shutdown with a stream open = %v, want deadline exceeded", err)
+	}
+	if _, err := s2.Write([]byte("x")); err == nil {
+		t.Error("stream survived a forced Shutdown")
+	}
+}

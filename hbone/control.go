@@ -21,6 +21,10 @@ func (c *conn) processSettings(f *http2.SettingsFrame) error {
 			return err
 		}
 		switch s.ID {
+		case http2.SettingEnablePush:
+			if !c.server && s.Val != 0 {
+				return connError{http2.ErrCodeProtocol, "server enabled push"} // RFC 9113 §6.5.2
+			}
 		case http2.SettingInitialWindowSize:
 			return c.setPeerInitialWindow(int64(s.Val))
 		case http2.SettingMaxFrameSize:

@@ -56,6 +56,13 @@
 //
 // # Concurrency and flow control
 //
+// Streams also implement io.WriterTo (received chunks go straight to the
+// destination, credit returned once written) and io.ReaderFrom (buffers
+// grow with the flow, 1 KiB to 256 KiB), so io.Copy in either direction
+// avoids an extra copy. Under TLS, wrapping the TCP connection in a
+// [BatchConn] before the handshake lets a flush write several TLS records in
+// one system call.
+//
 // Frames are written under a per-connection lock by the goroutine that has
 // them (the application's), through a write buffer flushed when no other
 // writer waits. The connection's reader never blocks on that lock: the frames

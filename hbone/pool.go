@@ -205,11 +205,16 @@ func (p *Pool) removeLocked(e *poolEntry, pc *pooledConn) {
 }
 
 // dial runs one dial for key and publishes the result to its waiters. The
-// dial outlives the Connect that started it (others may wait on it) but not
-// the pool.
+// dial is not canceled with the Connect that started it (others may wait on
+// it), but it keeps that Connect's deadline (the connect timeout) and ends
+// with the pool.
 func (p *Pool) dial(reqCtx context.Context, key Key, call *dialCall) {
 	defer p.wg.Done()
 	ctx, cancel := context.WithCancel(context.WithoutCancel(reqCtx))
+	if dl, ok := reqCtx.Deadline(); ok {
+		cancel()
+		ctx, cancel = context.WithDeadline(context.WithoutCancel(reqCtx), dl)
+	}
 	defer cancel()
 	stop := context.AfterFunc(p.ctx, cancel)
 	defer stop()

@@ -293,3 +293,37 @@ func TestPoolClose(t *testing.T) {
 		t.Errorf("Connect after Close = %v, want ErrPoolClosed", err)
 	}
 }
+
+// TestPoolDialKeepsDeadline: the shared dial is not canceled with the
+// Connect that started it, but keeps its deadline.
+func TestPoolDialKeepsDeadline(t *testing.T) {
+	got := make(chan bool, 1)
+	p := NewPool(PoolConfig{Dial: func(ctx context.Context, key Key) (*ClientConn, error) {
+		_, ok := ctx.Deadline()
+		got <- ok
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}})
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	cancelFirst, stop := context.WithCancel(ctx)
+	first := runAsync(func() error {
+		_, err := p.Connect(cancelFirst, testKey, "a:1", nil)
+		return err
+	})
+	if !<-got {
+		t.Fatal("dial context has no deadline")
+	}
+	second := runAsync(func() error {
+		_, err := p.Connect(context.Background(), testKey, "a:1", nil)
+		return err
+	})
+	stop() // the first caller gives up; the dial goes on for the second
+	if err := <-first; !errors.Is(err, context.Canceled) {
+		t.Errorf("first Connect = %v, want canceled", err)
+	}
+	if err := <-second; !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("second Connect = %v, want the dial's deadline error", err)
+	}
+}

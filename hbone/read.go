@@ -380,4 +380,3 @@ func (c *conn) consumed(id uint32, n, rel, streamInc int64) {
 	}
 	c.sendConnCredit(inc)
 }
-

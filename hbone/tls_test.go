@@ -173,3 +173,57 @@ func benchTLS(b *testing.B, batch bool) {
 	cc.Close()
 	<-served
 }
+
+// TestBatchConnTLS runs the TLS echo with BatchConns under both ends,
+// including a connection whose handshake happens inside hbone's first write
+// (batching must stay off for it).
+func TestBatchConnTLS(t *testing.T) {
+	for _, early := range []bool{false, true} {
+		name := "handshake first"
+		if early {
+			name = "handshake in hbone"
+		}
+		t.Run(name, func(t *testing.T) {
+			var cn, sn net.Conn
+			if early {
+				rc, rs := connPair(t, false)
+				cert := selfSignedCert(t)
+				pool := x509.NewCertPool()
+				leaf, _ := x509.ParseCertificate(cert.Certificate[0])
+				pool.AddCert(leaf)
+				sn = tls.Server(NewBatchConn(rs), &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2"}})
+				cn = tls.Client(NewBatchConn(rc), &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", NextProtos: []string{"h2"}})
+			} else {
+				cn, sn = tlsPairOpt(t, true)
+			}
+			srv := &Server{Handler: echoHandler}
+			served := runAsync(func() error { return srv.ServeConn(context.Background(), sn) })
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			cc, err := NewClientConn(ctx, cn, Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := cc.Connect(ctx, "a:1", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := payload(51, 4<<20+1)
+			w := runAsync(func() error {
+				if err := writeChunks(s, want, 52, 200<<10); err != nil {
+					return err
+				}
+				return s.CloseWrite()
+			})
+			if err := readAllCompare(s, want); err != nil {
+				t.Fatal(err)
+			}
+			wait(t, w, "write")
+			s.Close()
+			cc.Close()
+			if err := <-served; err != nil {
+				t.Errorf("ServeConn = %v", err)
+			}
+		})
+	}
+}

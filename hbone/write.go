@@ -256,6 +256,12 @@ func (c *conn) writeCtrlLocked(f *ctrlFrame) error {
 // writeDataLocked writes one DATA frame. The header is written by hand and the
 // payload straight into the buffer (Framer.WriteData would copy it once more).
 func (c *conn) writeDataLocked(id uint32, endStream bool, p []byte) error {
+	// The peer may have lowered its frame size since the caller sized p.
+	for maxFrame := int(c.peerMaxFrame.Load()); len(p) > maxFrame; p = p[maxFrame:] {
+		if err := c.writeDataLocked(id, false, p[:maxFrame]); err != nil {
+			return err
+		}
+	}
 	n := len(p)
 	var flags byte
 	if endStream {
