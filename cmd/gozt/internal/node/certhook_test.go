@@ -1,16 +1,10 @@
 package node
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
 	"testing"
-	"time"
-
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/gozt/gozt/certs/identity"
 	"github.com/gozt/gozt/proxy/state"
@@ -50,57 +44,4 @@ func TestCertHook(t *testing.T) {
 	step(func(b *state.Batch) { b.RemoveWorkload("bb") }, "forget sa1")
 	step(func(b *state.Batch) { b.InsertWorkload(wl("ccc", "n1", "sa2")) }, "prefetch sa2")
 	step(func(b *state.Batch) { b.Reset() }, "forget sa2")
-}
-
-// TestOwnCertsOnly: a dedicated proxy may hold only its own workload's
-// certificate; asking for another identity fails locally and the CA sees no
-// request for it (TESTPLAN S11, bad input 51).
-func TestOwnCertsOnly(t *testing.T) {
-	nextNet++
-	ip := fmt.Sprintf("127.88.%d.2", nextNet)
-	cp := newControlPlane(t)
-	n := cp.startNode(t, "client", ip)
-	cp.xds.PushWorkload(workload("client", ip))
-	own := ownCerts{certs: n.certs, store: n.store, local: n.findLocal}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	deadline := time.Now().Add(5 * time.Second)
-	for n.findLocal(n.store.Snapshot()) == nil && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	self := identity.Identity{TrustDomain: "cluster.local", Namespace: "demo", ServiceAccount: "client"}
-	if _, err := own.Get(ctx, self); err != nil {
-		t.Fatalf("own identity: %v", err)
-	}
-	other := identity.Identity{TrustDomain: "cluster.local", Namespace: "demo", ServiceAccount: "server"}
-	if _, err := own.Get(ctx, other); !errors.Is(err, errForeignIdentity) {
-		t.Errorf("foreign identity: err = %v, want %v", err, errForeignIdentity)
-	}
-	for _, r := range cp.cas.Requests() {
-		if r.Identity == other {
-			t.Errorf("the CA was asked for %s", other)
-		}
-	}
-}
-
-// TestXDSDownAfterWarmUp (TESTPLAN F2): once workloads are known, the data
-// plane keeps working while istiod is unreachable.
-func TestXDSDownAfterWarmUp(t *testing.T) {
-	nextNet++
-	clientIP, serverIP := fmt.Sprintf("127.88.%d.2", nextNet), fmt.Sprintf("127.88.%d.3", nextNet)
-	cp := newControlPlane(t)
-	cp.startNode(t, "client", clientIP)
-	cp.startNode(t, "server", serverIP)
-	echo(t, serverIP+":8080")
-	cp.xds.PushWorkload(workload("client", clientIP), workload("server", serverIP))
-	if err := socksPing(clientIP, serverIP+":8080"); err != nil {
-		t.Fatalf("warm-up connection: %v", err)
-	}
-	cp.xds.Blackhole(true)
-	cp.xds.CloseStreams(status.Error(codes.Unavailable, "istiod going away"))
-	for i := range 5 {
-		if err := socksPing(clientIP, serverIP+":8080"); err != nil {
-			t.Fatalf("connection %d with xDS down: %v", i, err)
-		}
-	}
 }
