@@ -3,10 +3,13 @@ package local
 import (
 	"encoding/json"
 	"io"
+	"net/http"
 	"net/url"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/net/http2"
 
 	"github.com/gozt/gozt/proxy/state"
 	"github.com/gozt/gozt/rbac"
@@ -145,4 +148,33 @@ policies:
 	c = tm.socksDial(t, tm.ips.Server+":8080")
 	roundTrip(t, c)
 	c.Close()
+}
+
+// TestEarlyDataToDeniedTarget (TESTPLAN S27, bad input 23): DATA sent right
+// after the CONNECT headers to a denied target is answered 401 and never
+// reaches the destination, which sees no connection at all.
+func TestEarlyDataToDeniedTarget(t *testing.T) {
+	tm := startMesh(t)
+	b := listenBackend(t, tm.ips.Server+":8080", echoHandler)
+	setPolicy(t, tm.Store(), denyClient8080(), false)
+
+	tr := &http2.Transport{TLSClientConfig: tm.clientTLS(t)}
+	defer tr.CloseIdleConnections()
+	body := strings.NewReader(strings.Repeat("smuggled bytes ", 1000))
+	req, err := http.NewRequest(http.MethodConnect, "https://"+tm.ips.Server+":15008", io.NopCloser(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Host = tm.ips.Server + ":8080"
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatalf("CONNECT: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("CONNECT to a denied target = %d, want 401", resp.StatusCode)
+	}
+	if got := b.accepted(); len(got) != 0 {
+		t.Errorf("denied target was dialed %d times", len(got))
+	}
 }
