@@ -1,3 +1,5 @@
+//lint:file-ignore SA1019 x/net's http2.Transport is deliberately used as an independent HBONE peer (issue 2), deprecated or not.
+
 package local
 
 import (
