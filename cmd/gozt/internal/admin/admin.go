@@ -227,3 +227,49 @@ const dashboard = `<!doctype html><title>gozt admin</title><h1>gozt admin</h1><u
 <li>POST /quitquitquit: graceful shutdown</li>
 <li><a href="/debug/pprof/profile?seconds=10">/debug/pprof/profile</a>, <a href="/debug/pprof/heap">/debug/pprof/heap</a>, <a href="/debug/pprof/goroutine?debug=1">/debug/pprof/goroutine</a></li>
 </ul>`
+
+// Addrs are the three side-port addresses.
+type Addrs struct {
+	Admin, Metrics, Readiness string
+}
+
+// Ports are the three running side servers.
+type Ports struct {
+	Admin, Metrics, Readiness *Server
+}
+
+// ListenAll binds the admin, metrics and readiness servers. On error none is
+// left running.
+func ListenAll(ctx context.Context, addrs Addrs, cfg Config, reg *prometheus.Registry, ready *Readiness) (_ *Ports, err error) {
+	p := &Ports{}
+	defer func() {
+		if err != nil {
+			p.Shutdown(context.Background())
+		}
+	}()
+	if p.Admin, err = ListenAdmin(ctx, addrs.Admin, cfg); err != nil {
+		return nil, err
+	}
+	if p.Metrics, err = ListenMetrics(ctx, addrs.Metrics, reg); err != nil {
+		return nil, err
+	}
+	if p.Readiness, err = ListenReadiness(ctx, addrs.Readiness, ready); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// Shutdown stops every running server, each within a second at most.
+func (p *Ports) Shutdown(ctx context.Context) {
+	if p == nil {
+		return
+	}
+	for _, s := range []*Server{p.Admin, p.Metrics, p.Readiness} {
+		if s == nil {
+			continue
+		}
+		sctx, cancel := context.WithTimeout(ctx, time.Second)
+		_ = s.Shutdown(sctx)
+		cancel()
+	}
+}

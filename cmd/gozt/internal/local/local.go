@@ -72,7 +72,7 @@ type Mesh struct {
 	registry *prometheus.Registry
 	proxies  []*proxy.Proxy
 	ready    *admin.Readiness
-	servers  []*admin.Server
+	ports    *admin.Ports
 	echo     *EchoServer
 	quit     chan struct{}
 	quitOnce sync.Once
@@ -153,8 +153,12 @@ func Start(ctx context.Context, opts Options) (m *Mesh, err error) {
 	return m, nil
 }
 
-func (m *Mesh) startSidePorts(ctx context.Context) error {
-	adminSrv, err := admin.ListenAdmin(ctx, orDefault(m.opts.AdminAddr, "127.0.0.1:15000"), admin.Config{
+func (m *Mesh) startSidePorts(ctx context.Context) (err error) {
+	m.ports, err = admin.ListenAll(ctx, admin.Addrs{
+		Admin:     orDefault(m.opts.AdminAddr, "127.0.0.1:15000"),
+		Metrics:   orDefault(m.opts.MetricsAddr, "127.0.0.1:15020"),
+		Readiness: orDefault(m.opts.ReadinessAddr, "127.0.0.1:15021"),
+	}, admin.Config{
 		ConfigDump: func() any {
 			return admin.ConfigDump(admin.DumpInput{
 				Snapshot: m.store.Snapshot(), Static: m.static.Raw, Certs: m.certs.States(),
@@ -164,22 +168,8 @@ func (m *Mesh) startSidePorts(ctx context.Context) error {
 		Quit:     m.signalQuit,
 		LogLevel: m.opts.LogLevel,
 		Handlers: map[string]http.Handler{"/debug/authz": explain.Handler(m.store.Snapshot)},
-	})
-	if err != nil {
-		return err
-	}
-	m.servers = append(m.servers, adminSrv)
-	metricsSrv, err := admin.ListenMetrics(ctx, orDefault(m.opts.MetricsAddr, "127.0.0.1:15020"), m.registry)
-	if err != nil {
-		return err
-	}
-	m.servers = append(m.servers, metricsSrv)
-	readySrv, err := admin.ListenReadiness(ctx, orDefault(m.opts.ReadinessAddr, "127.0.0.1:15021"), m.ready)
-	if err != nil {
-		return err
-	}
-	m.servers = append(m.servers, readySrv)
-	return nil
+	}, m.registry, m.ready)
+	return err
 }
 
 // startProxies creates and binds a proxy for every workload with an IP on
@@ -252,9 +242,9 @@ func (m *Mesh) CA() *localca.CA { return m.ca }
 func (m *Mesh) Certs() *certs.Manager { return m.certs }
 
 // AdminAddr, MetricsAddr and ReadinessAddr are the bound side ports.
-func (m *Mesh) AdminAddr() net.Addr     { return m.servers[0].Addr() }
-func (m *Mesh) MetricsAddr() net.Addr   { return m.servers[1].Addr() }
-func (m *Mesh) ReadinessAddr() net.Addr { return m.servers[2].Addr() }
+func (m *Mesh) AdminAddr() net.Addr     { return m.ports.Admin.Addr() }
+func (m *Mesh) MetricsAddr() net.Addr   { return m.ports.Metrics.Addr() }
+func (m *Mesh) ReadinessAddr() net.Addr { return m.ports.Readiness.Addr() }
 
 // Shutdown drains: listeners stop at once, connections may finish until ctx
 // is done, then the rest are closed (SPEC §8.4).
@@ -287,11 +277,7 @@ func (m *Mesh) closeAll() {
 		m.cancel()
 	}
 	m.wg.Wait()
-	for _, s := range m.servers {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_ = s.Shutdown(ctx)
-		cancel()
-	}
+	m.ports.Shutdown(context.Background())
 }
 
 // banner prints every listener and commands to try.

@@ -18,7 +18,6 @@ import (
 	"net/url"
 	"os"
 	"sync"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -73,7 +72,7 @@ type Node struct {
 	// findLocal finds the workload this dedicated proxy serves.
 	findLocal func(*state.Snapshot) *state.Workload
 	ready     *admin.Readiness
-	servers   []*admin.Server
+	ports     *admin.Ports
 	registry  *prometheus.Registry
 	quit      chan struct{}
 	quitOnce  sync.Once
@@ -267,12 +266,16 @@ func truncate(s string) string {
 	return s
 }
 
-func (n *Node) startSidePorts(ctx context.Context) error {
+func (n *Node) startSidePorts(ctx context.Context) (err error) {
 	wild := "[::]"
 	if !n.opts.Env.IPv6Enabled {
 		wild = "0.0.0.0"
 	}
-	adminSrv, err := admin.ListenAdmin(ctx, orDefault(n.opts.AdminAddr, "127.0.0.1:15000"), admin.Config{
+	n.ports, err = admin.ListenAll(ctx, admin.Addrs{
+		Admin:     orDefault(n.opts.AdminAddr, "127.0.0.1:15000"),
+		Metrics:   orDefault(n.opts.MetricsAddr, wild+":15020"),
+		Readiness: orDefault(n.opts.ReadinessAddr, wild+":15021"),
+	}, admin.Config{
 		ConfigDump: func() any {
 			return admin.ConfigDump(admin.DumpInput{
 				Snapshot: n.store.Snapshot(), Certs: n.certs.States(), Config: n.opts.Env, Version: Version,
@@ -281,22 +284,8 @@ func (n *Node) startSidePorts(ctx context.Context) error {
 		Quit:     func() { n.quitOnce.Do(func() { close(n.quit) }) },
 		LogLevel: n.opts.LogLevel,
 		Handlers: map[string]http.Handler{"/debug/authz": explain.Handler(n.store.Snapshot)},
-	})
-	if err != nil {
-		return err
-	}
-	n.servers = append(n.servers, adminSrv)
-	metricsSrv, err := admin.ListenMetrics(ctx, orDefault(n.opts.MetricsAddr, wild+":15020"), n.registry)
-	if err != nil {
-		return err
-	}
-	n.servers = append(n.servers, metricsSrv)
-	readySrv, err := admin.ListenReadiness(ctx, orDefault(n.opts.ReadinessAddr, wild+":15021"), n.ready)
-	if err != nil {
-		return err
-	}
-	n.servers = append(n.servers, readySrv)
-	return nil
+	}, n.registry, n.ready)
+	return err
 }
 
 func (n *Node) startProxy(ctx context.Context) error {
@@ -386,9 +375,9 @@ func (n *Node) Certs() *certs.Manager { return n.certs }
 func (n *Node) Addrs() map[string]net.Addr { return n.proxy.Addrs() }
 
 // AdminAddr, MetricsAddr, ReadinessAddr are the bound side ports.
-func (n *Node) AdminAddr() net.Addr     { return n.servers[0].Addr() }
-func (n *Node) MetricsAddr() net.Addr   { return n.servers[1].Addr() }
-func (n *Node) ReadinessAddr() net.Addr { return n.servers[2].Addr() }
+func (n *Node) AdminAddr() net.Addr     { return n.ports.Admin.Addr() }
+func (n *Node) MetricsAddr() net.Addr   { return n.ports.Metrics.Addr() }
+func (n *Node) ReadinessAddr() net.Addr { return n.ports.Readiness.Addr() }
 
 // Shutdown drains the proxy until ctx is done, then stops everything.
 func (n *Node) Shutdown(ctx context.Context) error {
@@ -411,11 +400,7 @@ func (n *Node) closeAll() {
 	if n.ca != nil {
 		n.ca.Close()
 	}
-	for _, s := range n.servers {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_ = s.Shutdown(ctx)
-		cancel()
-	}
+	n.ports.Shutdown(context.Background())
 }
 
 func orDefault(s, def string) string {

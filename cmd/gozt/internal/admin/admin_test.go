@@ -1,0 +1,106 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func do(t *testing.T, method, url string, hdr http.Header) (int, string, http.Header) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range hdr {
+		req.Header[k] = v
+	}
+	cl := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := cl.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), resp.Header
+}
+
+// TestAdminLoopbackOnly: the admin port refuses any non-loopback address
+// (TESTPLAN S28, bad input 59).
+func TestAdminLoopbackOnly(t *testing.T) {
+	for _, addr := range []string{"0.0.0.0:0", "[::]:0", ":0", "10.1.2.3:0"} {
+		if _, err := ListenAdmin(context.Background(), addr, Config{}); !errors.Is(err, ErrNotLoopback) {
+			t.Errorf("ListenAdmin(%q) = %v, want %v", addr, err, ErrNotLoopback)
+		}
+	}
+}
+
+func TestSidePorts(t *testing.T) {
+	lv := new(slog.LevelVar)
+	quit := make(chan struct{})
+	reg := prometheus.NewRegistry()
+	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "istio_test_total", Help: "test"})
+	reg.MustRegister(c)
+	c.Inc()
+	ready := NewReadiness("state manager", "proxy")
+	p, err := ListenAll(context.Background(), Addrs{"127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"}, Config{
+		ConfigDump: func() any { return map[string]int{"workloads": 0} },
+		Quit:       func() { close(quit) },
+		LogLevel:   lv,
+	}, reg, ready)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Shutdown(context.Background())
+	admin := "http://" + p.Admin.Addr().String()
+	ready1 := "http://" + p.Readiness.Addr().String() + "/healthz/ready"
+
+	for _, tc := range []struct {
+		method, url string
+		hdr         http.Header
+		code        int
+		body        string
+	}{
+		{"GET", admin + "/config_dump", nil, 200, `"workloads": 0`},
+		{"GET", admin + "/nope", nil, 404, ""},
+		{"GET", admin + "/logging", nil, 405, "usage"},
+		{"POST", admin + "/logging", nil, 200, "current log level is info"},
+		{"POST", admin + "/logging?level=debug", nil, 200, "current log level is debug"},
+		{"POST", admin + "/logging?level=loud", nil, 400, "invalid level"},
+		{"POST", admin + "/logging?reset", nil, 200, "current log level is info"},
+		{"GET", admin + "/quitquitquit", nil, 405, ""},
+		{"GET", ready1, nil, 500, "not ready, pending: proxy, state manager"},
+		{"POST", ready1, nil, 405, ""},
+		{"GET", "http://" + p.Metrics.Addr().String() + "/metrics", nil, 200, "istio_test_total 1"},
+		{"GET", "http://" + p.Metrics.Addr().String() + "/stats/prometheus",
+			http.Header{"Accept": {"application/openmetrics-text; version=1.0.0"}}, 200, "# EOF"},
+	} {
+		code, body, _ := do(t, tc.method, tc.url, tc.hdr)
+		if code != tc.code || !strings.Contains(body, tc.body) {
+			t.Errorf("%s %s = %d %q, want %d containing %q", tc.method, tc.url, code, body, tc.code, tc.body)
+		}
+	}
+	ready.Unblock("proxy")
+	ready.Unblock("state manager")
+	if code, body, _ := do(t, "GET", ready1, nil); code != 200 || !strings.HasPrefix(body, "ready") {
+		t.Errorf("readiness when unblocked = %d %q", code, body)
+	}
+	if code, body, _ := do(t, "POST", admin+"/quitquitquit", nil); code != 200 || !strings.Contains(body, "shutdown now") {
+		t.Errorf("POST /quitquitquit = %d %q", code, body)
+	}
+	select {
+	case <-quit:
+	case <-time.After(2 * time.Second):
+		t.Fatal("quit not signalled")
+	}
+}
