@@ -133,7 +133,7 @@ func startMesh(t *testing.T) *testMesh {
 }
 
 // startMeshWith starts the base mesh with extra YAML appended to its config.
-func startMeshWith(t *testing.T, extra string) *testMesh {
+func startMeshWith(t testing.TB, extra string) *testMesh {
 	t.Helper()
 	ips := newIPs()
 	vip := strings.Replace(ips.Client, "127.77.", "127.78.", 1)
@@ -171,7 +171,7 @@ func startMeshWith(t *testing.T, extra string) *testMesh {
 
 // testLogger records logs at info level into logs, and through t when
 // GOZT_TEST_DEBUG is set.
-func testLogger(t *testing.T, logs *logBuffer) *slog.Logger {
+func testLogger(t testing.TB, logs *logBuffer) *slog.Logger {
 	var w io.Writer = logs
 	level := slog.LevelInfo
 	if os.Getenv("GOZT_TEST_DEBUG") != "" {
@@ -181,7 +181,7 @@ func testLogger(t *testing.T, logs *logBuffer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
 }
 
-type tWriter struct{ t *testing.T }
+type tWriter struct{ t testing.TB }
 
 func (w tWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSuffix(string(p), "\n"))
@@ -190,7 +190,7 @@ func (w tWriter) Write(p []byte) (int, error) {
 
 // socksDial connects through the client workload's SOCKS5 port to target,
 // with x/net's SOCKS5 client (an implementation we did not write).
-func (tm *testMesh) socksDial(t *testing.T, target string) net.Conn {
+func (tm *testMesh) socksDial(t testing.TB, target string) net.Conn {
 	t.Helper()
 	d, err := xproxy.SOCKS5("tcp", net.JoinHostPort(tm.ips.Client, "15080"), nil, xproxy.Direct)
 	if err != nil {

@@ -1,0 +1,45 @@
+package local
+
+import (
+	"io"
+	"net"
+	"testing"
+)
+
+// BenchmarkHBONEThroughput pushes bytes client → SOCKS5 → outbound → HBONE
+// → inbound → sink through a whole in-process mesh (b.SetBytes: MB/s).
+// `gozt bench` compares this path with its baselines; this benchmark is for
+// quick before/after checks of one change.
+func BenchmarkHBONEThroughput(b *testing.B) {
+	tm := startMeshWith(b, "")
+	ln, err := net.Listen("tcp", tm.ips.Server+":8080")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	done := make(chan int64, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			done <- 0
+			return
+		}
+		n, _ := io.Copy(io.Discard, c)
+		c.Close()
+		done <- n
+	}()
+	c := tm.socksDial(b, tm.ips.Server+":8080")
+	buf := make([]byte, 1<<20)
+	b.SetBytes(int64(len(buf)))
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := c.Write(buf); err != nil {
+			b.Fatal(err)
+		}
+	}
+	c.(*net.TCPConn).CloseWrite()
+	if n := <-done; n != int64(b.N)*int64(len(buf)) {
+		b.Fatalf("sink got %d bytes, want %d", n, int64(b.N)*int64(len(buf)))
+	}
+	c.Close()
+}
