@@ -2,7 +2,7 @@
 GO ?= go
 PKGS ?= ./...
 
-.PHONY: all build run test test-deps check fmt vet staticcheck bench
+.PHONY: all build run test test-deps check fmt vet staticcheck bench bench-quick bench-deps
 
 all: build
 
@@ -29,5 +29,14 @@ staticcheck:
 
 check: fmt vet staticcheck test ## gofmt, go vet, staticcheck, tests
 
-bench: ## benchmarks (placeholder until the bench harness lands): every Go benchmark once
+bench: ## side-by-side benchmarks (gozt bench); writes bench/results/
+	$(GO) run ./cmd/gozt bench $(BENCHFLAGS)
+
+bench-quick: ## the reviewers' run: every scenario, 3 short repetitions (< 2 min)
+	$(GO) run ./cmd/gozt bench --quick $(BENCHFLAGS)
+
+bench-deps: ## install HAProxy, a peer in the passthrough scenario (as root)
+	apt-get install -y -qq haproxy
+
+gobench: ## every Go benchmark once (what CI's tests also compile)
 	$(GO) test -run '^$$' -bench . -benchtime 1x $(PKGS)

@@ -4,6 +4,7 @@
 //	gozt local [--config FILE] [--ca-dir DIR]   a whole mesh on one machine
 //	gozt explain --config-dump FILE --src IP --dst IP:PORT   explain an authorization decision offline
 //	gozt proxy [ztunnel]                        the node proxy, configured like ztunnel by env vars
+//	gozt bench [--quick]                        benchmarks, as ratios against baselines measured in the same run
 //	gozt version                                print the version
 package main
 
@@ -21,6 +22,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gozt/gozt/bench"
 	"github.com/gozt/gozt/cmd/gozt/internal/envconfig"
 	"github.com/gozt/gozt/cmd/gozt/internal/explain"
 	"github.com/gozt/gozt/cmd/gozt/internal/local"
@@ -38,6 +40,7 @@ const usage = `usage: gozt <command> [flags]
 
 commands:
   local     run a whole mesh on this machine (see README)
+  bench     measure gozt side by side with its baselines (gozt bench --quick)
   explain   explain an authorization decision from a saved /config_dump
             (gozt explain --config-dump FILE --src IP[:PORT] [--identity SPIFFE] --dst IP:PORT)
   proxy     run as the node proxy of an Istio ambient cluster, configured by
@@ -56,6 +59,10 @@ func run(args []string, stdout, stderr io.Writer) error {
 	switch args[0] {
 	case "local":
 		return runLocal(args[1:], stdout, stderr)
+	case "bench":
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+		defer stop()
+		return bench.Run(ctx, args[1:], stdout, stderr)
 	case "explain":
 		err := explain.Run(args[1:], stdout, stderr)
 		if errors.Is(err, flag.ErrHelp) {

@@ -1,0 +1,53 @@
+// Package bench is the benchmark harness behind `gozt bench` and `make
+// bench` (issue 5): gozt's data path measured side by side with its peers
+// in one run, every figure reported as a ratio against a baseline measured
+// in the same run, because absolute figures on shared machines drift by
+// 30–50%.
+//
+// # Running it
+//
+//	gozt bench --quick                 every scenario, 3 short repetitions (< 2 min on 2 cores)
+//	gozt bench                         the thorough run (7 repetitions, longer runs)
+//	gozt bench --scenario hbone-up     one scenario (repeatable; --list shows them)
+//	gozt bench --json out.json         also write the JSON there
+//	gozt bench --cpuprofile-dir prof   a CPU profile of every proxy process
+//
+// Results go to bench/results/ (--out): <date>.json, <date>.md (a Markdown
+// table) and <date>.svg (a bar chart of the ratios), each copied to
+// latest.*; the table is also printed on stdout and progress (scenario,
+// repetition, running median) on stderr. The JSON holds a "results" list of
+// {scenario, metric, value, unit, baseline, baseline_value, ratio} (plus the
+// target and whether it was met) and the "machine" (cores, kernel, go).
+//
+// # Method
+//
+// Each scenario starts the processes it needs, runs every variant once to
+// warm up, then runs the variants interleaved (A B C, C B A, …) for the
+// configured repetitions, and reports medians. Before each run it waits
+// until /proc/stat shows the CPUs at least 70% idle over a short window,
+// giving up after a cap (counted in the report's notes). CPU time per
+// proxy is the utime+stime delta of its process (/proc/<pid>/stat), memory
+// its VmRSS after a forced GC that returns freed memory to the OS.
+//
+// # Processes
+//
+// Every proxy runs in its own process, so that its CPU and memory can be
+// read from /proc: the harness re-runs its own executable as
+// `<exe> bench --role NAME ...` (gozt's main passes every argument after
+// "bench" to Run). Roles: "gozt" (gozt's proxy.Proxy per workload, wired as
+// `gozt local` wires it, from a generated local config and a CA written to
+// a temporary directory; the outbound and inbound workloads run in separate
+// processes, as on two nodes), "xnet-out" and "xnet-in" (the x/net
+// http2.Transport + http2.Server CONNECT pair with ztunnel's windows),
+// "relay" (a plain Go splice relay), "app" (the test server: echo, sink and
+// source over TCP and mutual TLS) and "xds" (xdstest's fake istiod). HAProxy
+// in TCP mode is started from PATH when installed (`apt-get install
+// haproxy`); otherwise its rows are skipped with a note. The client side
+// runs in the harness itself. Everything binds distinct loopback addresses
+// under --net (default 127.55.0.0/16), and the harness reaches gozt and the
+// x/net pair through SOCKS5, with the handshake pipelined into the first
+// write. Children get stdin closed, then SIGKILL after 5 s; they are in
+// their own process group and die with the harness (PR_SET_PDEATHSIG).
+//
+// Only cmd/gozt imports bench.
+package bench

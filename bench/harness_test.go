@@ -1,0 +1,257 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"go.uber.org/goleak"
+
+	"github.com/gozt/gozt/proxy/state"
+	"github.com/gozt/gozt/rbac"
+)
+
+// tcpPair returns the two ends of a loopback TCP connection (net.Pipe has
+// no buffer, and a pipelined handshake needs one).
+func tcpPair(t *testing.T) (net.Conn, net.Conn) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	a, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close(); b.Close() })
+	return a, b
+}
+
+func TestSOCKS(t *testing.T) {
+	a, b := tcpPair(t)
+	dst := netip.MustParseAddrPort("127.55.0.3:9000")
+	got := make(chan netip.AddrPort, 1)
+	go func() {
+		d, err := socksAccept(b)
+		if err != nil {
+			t.Errorf("socksAccept: %v", err)
+		}
+		got <- d
+		// The first application bytes, sent with the handshake, follow.
+		var first [2]byte
+		io.ReadFull(b, first[:])
+		b.Write(first[:])
+	}()
+	if err := socksHandshake(a, dst, []byte("Ex")); err != nil {
+		t.Fatalf("socksHandshake: %v", err)
+	}
+	if d := <-got; d != dst {
+		t.Errorf("server saw destination %v, want %v", d, dst)
+	}
+	var echo [2]byte
+	if _, err := io.ReadFull(a, echo[:]); err != nil || string(echo[:]) != "Ex" {
+		t.Errorf("pipelined payload = %q, %v; want \"Ex\"", echo, err)
+	}
+}
+
+func TestSOCKSRefused(t *testing.T) {
+	a, b := tcpPair(t)
+	go func() {
+		io.ReadFull(b, make([]byte, 3+10))
+		b.Write([]byte{5, 0, 5, 4, 0, 1, 0, 0, 0, 0, 0, 0}) // host unreachable
+	}()
+	if err := socksHandshake(a, netip.MustParseAddrPort("10.0.0.1:80"), nil); err == nil {
+		t.Fatal("socksHandshake accepted a failure reply")
+	}
+}
+
+func TestSplitCommonFlags(t *testing.T) {
+	got := splitCommonFlags([]string{"--config", "f", "--gomaxprocs", "1", "--uids=a,b", "-cpuprofile=/p", "--xds", "x"})
+	want := splitArgs{
+		common: []string{"--gomaxprocs", "1", "-cpuprofile=/p"},
+		role:   []string{"--config", "f", "--uids=a,b", "--xds", "x"},
+	}
+	if diff := cmp.Diff(want, got, cmp.AllowUnexported(splitArgs{})); diff != "" {
+		t.Errorf("splitCommonFlags (-want +got):\n%s", diff)
+	}
+}
+
+func TestParseOptions(t *testing.T) {
+	o, err := parseOptions([]string{"--quick", "--scenario", "rbac,connect", "--scenario=idle-memory", "--json", "x.json"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !o.quick || o.jsonPath != "x.json" || o.outDir != filepath.Join("bench", "results") {
+		t.Errorf("options = %+v", o)
+	}
+	if diff := cmp.Diff([]string{"rbac", "connect", "idle-memory"}, o.scenarios); diff != "" {
+		t.Errorf("scenarios (-want +got):\n%s", diff)
+	}
+	for _, bad := range [][]string{{"--scenario", "nope"}, {"--no-such-flag"}, {"stray"}} {
+		if _, err := parseOptions(bad, io.Discard); err == nil {
+			t.Errorf("parseOptions(%q) succeeded, want an error", bad)
+		}
+	}
+}
+
+func TestList(t *testing.T) {
+	var out bytes.Buffer
+	if err := Run(context.Background(), []string{"--list"}, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range allScenarios() {
+		if !strings.Contains(out.String(), s.name+" ") {
+			t.Errorf("--list lacks %q:\n%s", s.name, out.String())
+		}
+	}
+}
+
+func TestMeshConfigAndPolicies(t *testing.T) {
+	p, err := newPlan("127.55")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newPlan("10.1"); err == nil {
+		t.Error("newPlan accepted a non-loopback /16")
+	}
+	dir := t.TempDir()
+	path, err := writeFile(dir, "mesh.yaml", p.meshConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The gozt role's own loading: config and 100 policies in one batch.
+	r, err := startGozt(context.Background(), []string{"--config", path, "--ca-dir", filepath.Join(dir, "ca"), "--policies", "100"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]any{}
+	r.stats(m)
+	r.close()
+	if m["workloads"] != 4 || m["policies"] != 100 {
+		t.Errorf("stats = %v, want 4 workloads and 100 policies", m)
+	}
+	// Every policy applies to the namespace; only the last allows the client.
+	pols := benchPolicies(rbacNS, 100)
+	st := state.NewStore(state.Config{})
+	st.Update(func(b *state.Batch) {
+		for _, pol := range pols {
+			if err := b.InsertPolicy(pol); err != nil {
+				t.Errorf("InsertPolicy(%s): %v", pol.Key(), err)
+			}
+		}
+	})
+	for i, pol := range pols {
+		if pol.Scope != rbac.Namespace || pol.Namespace != rbacNS {
+			t.Errorf("policy %d scope %v namespace %q", i, pol.Scope, pol.Namespace)
+		}
+	}
+	if last := pols[len(pols)-1]; last.Action != rbac.Allow || len(last.Rules) != 3 {
+		t.Errorf("last policy = %+v, want an ALLOW with the client rule", last)
+	}
+}
+
+func TestProcReaders(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("needs /proc")
+	}
+	end := time.Now().Add(30 * time.Millisecond)
+	for time.Now().Before(end) {
+	}
+	cpu, err := procCPU(os.Getpid())
+	if err != nil || cpu <= 0 {
+		t.Errorf("procCPU(self) = %v, %v; want > 0", cpu, err)
+	}
+	rss, err := procRSS(os.Getpid())
+	if err != nil || rss < 1<<20 {
+		t.Errorf("procRSS(self) = %v, %v; want at least 1 MiB", rss, err)
+	}
+	idle, total, err := cpuTimes()
+	if err != nil || total == 0 || idle > total {
+		t.Errorf("cpuTimes() = %d, %d, %v", idle, total, err)
+	}
+	if _, err := procCPU(-1); err == nil {
+		t.Error("procCPU(-1) succeeded")
+	}
+}
+
+// TestRunQuickEndToEnd runs one cheap scenario in its --quick form, as
+// `gozt bench --quick --scenario round-trip` would: the gozt pair, the x/net
+// pair and the test server in child processes (this test binary, re-run
+// through TestMain), then checks the figures are sane and nothing is left
+// running. It asserts no speed.
+func TestRunQuickEndToEnd(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the harness needs Linux /proc")
+	}
+	if testing.Short() {
+		t.Skip("starts child processes")
+	}
+	defer goleak.VerifyNone(t)
+	dir := t.TempDir()
+	jsonPath := filepath.Join(dir, "copy.json")
+	var stdout, stderr bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// A /16 of its own, so that a bench run on the same machine does not
+	// collide with the test.
+	err := Run(ctx, []string{"--quick", "--scenario", "round-trip", "--out", dir, "--json", jsonPath, "--net", "127.56"}, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("Run: %v\nstderr:\n%s", err, stderr.String())
+	}
+	if kids := children(); len(kids) > 0 {
+		t.Errorf("child processes left running: %v", kids)
+	}
+	b, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Results) != 4 {
+		t.Fatalf("%d results, want 4: %+v", len(rep.Results), rep.Results)
+	}
+	for _, r := range rep.Results {
+		if r.Scenario != "round trip" || r.Unit != "µs" || r.Samples != 3 {
+			t.Errorf("result %+v: want scenario \"round trip\", unit µs, 3 samples", r)
+		}
+		// A round trip through two proxies takes longer than a direct one,
+		// and every figure is a positive, finite number of microseconds.
+		if r.Value <= 0 || r.Value > 1e6 || r.BaselineValue <= 0 || r.Ratio <= 0 {
+			t.Errorf("result %s/%s: value %v, baseline %v, ratio %v; want positive figures", r.Scenario, r.Metric, r.Value, r.BaselineValue, r.Ratio)
+		}
+		if strings.HasPrefix(r.Metric, "1-byte") && r.Ratio <= 1 {
+			t.Errorf("%s through gozt is %v× direct TCP; want above 1×", r.Metric, r.Ratio)
+		}
+	}
+	if rep.Machine.Cores != runtime.NumCPU() || rep.Machine.Kernel == "" || rep.Machine.Go != runtime.Version() {
+		t.Errorf("machine = %+v", rep.Machine)
+	}
+	for _, name := range []string{"latest.json", "latest.md", "latest.svg"} {
+		if fi, err := os.Stat(filepath.Join(dir, name)); err != nil || fi.Size() == 0 {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if !strings.Contains(stdout.String(), "| round trip | added p50 |") {
+		t.Errorf("stdout lacks the table:\n%s", stdout.String())
+	}
+	if !strings.Contains(stderr.String(), "round-trip   rep 3/3") {
+		t.Errorf("stderr lacks the progress lines:\n%s", stderr.String())
+	}
+}

@@ -1,0 +1,171 @@
+package bench
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// clockTicks is USER_HZ, the unit of the CPU times in /proc/<pid>/stat. It
+// is 100 on every Linux architecture Go supports (the kernel fixes it for
+// user space regardless of CONFIG_HZ).
+const clockTicks = 100
+
+// procCPU returns the user + system CPU time process pid has used so far,
+// summed over all its threads (/proc/<pid>/stat utime and stime).
+func procCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) may hold spaces; fields after it follow
+	// the last ')'. utime and stime are fields 14 and 15.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("parse /proc/%d/stat", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("parse /proc/%d/stat: %d fields", pid, len(f))
+	}
+	ut, err1 := strconv.ParseUint(f[11], 10, 64)
+	st, err2 := strconv.ParseUint(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("parse /proc/%d/stat: utime %q stime %q", pid, f[11], f[12])
+	}
+	return time.Duration(ut+st) * time.Second / clockTicks, nil
+}
+
+// procRSS returns the resident set size of process pid in bytes
+// (/proc/<pid>/status VmRSS).
+func procRSS(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		rest, ok := strings.CutPrefix(line, "VmRSS:")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(rest)
+		if len(f) != 2 || f[1] != "kB" {
+			break
+		}
+		kb, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			break
+		}
+		return kb << 10, nil
+	}
+	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
+}
+
+// cpuTimes returns the machine's idle and total CPU time so far, in ticks
+// (the aggregate "cpu" line of /proc/stat; idle includes iowait).
+func cpuTimes() (idle, total uint64, err error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0, err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 6 || f[0] != "cpu" {
+		return 0, 0, fmt.Errorf("parse /proc/stat: %q", line)
+	}
+	for i, s := range f[1:] {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("parse /proc/stat: %q", line)
+		}
+		total += v
+		if i == 3 || i == 4 { // idle, iowait
+			idle += v
+		}
+	}
+	return idle, total, nil
+}
+
+// children returns the pids of the live (not yet reaped) child processes
+// of the current process.
+func children() []int {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	self := os.Getpid()
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		i := bytes.LastIndexByte(b, ')')
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) > 2 && f[1] == strconv.Itoa(self) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// kernelRelease is `uname -r`.
+func kernelRelease() string {
+	b, err := os.ReadFile("/proc/sys/kernel/osrelease")
+	if err != nil {
+		return "unknown"
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// cpuModel is the first "model name" of /proc/cpuinfo, or "".
+func cpuModel() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return ""
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+// isolate puts a child in its own process group (so a terminal's Ctrl-C
+// reaches only the harness, which then stops its children in order) and
+// has the kernel kill it if the harness dies first. (Pdeathsig fires when
+// the forking OS thread exits; the Go runtime keeps its threads for the life
+// of the process unless a goroutine exits while locked to one, which bench
+// never does.)
+func isolate(cmd *exec.Cmd) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+}
+
+// bindNoPort is a net.Dialer Control function that sets
+// IP_BIND_ADDRESS_NO_PORT: with a source address bound, the kernel then
+// picks the port at connect time, knowing the destination, so ports in
+// TIME_WAIT towards other destinations (or reusable ones, tcp_tw_reuse) do
+// not run out or slow the port search. The harness opens hundreds of
+// thousands of short connections from a few source IPs.
+func bindNoPort(_, _ string, c syscall.RawConn) error {
+	var serr error
+	err := c.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_BIND_ADDRESS_NO_PORT, 1)
+	})
+	if err != nil {
+		return err
+	}
+	return serr
+}

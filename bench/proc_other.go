@@ -1,0 +1,22 @@
+//go:build !linux
+
+package bench
+
+import (
+	"errors"
+	"os/exec"
+	"syscall"
+	"time"
+)
+
+var errNotLinux = errors.New("bench: process statistics need Linux /proc")
+
+func procCPU(int) (time.Duration, error)        { return 0, errNotLinux }
+func procRSS(int) (int64, error)                { return 0, errNotLinux }
+func cpuTimes() (idle, total uint64, err error) { return 0, 0, errNotLinux }
+func children() []int                           { return nil }
+func kernelRelease() string                     { return "unknown" }
+func cpuModel() string                          { return "" }
+func isolate(*exec.Cmd)                         {}
+
+func bindNoPort(string, string, syscall.RawConn) error { return nil }

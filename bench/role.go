@@ -1,0 +1,210 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"runtime/pprof"
+	"strings"
+)
+
+// A role is one process of a benchmark setup (the gozt outbound or inbound
+// proxy, an x/net proxy, the splice relay, the test server, the fake
+// istiod), run by `gozt bench --role NAME ...` in a child process so that
+// each one's CPU time and memory can be read from /proc.
+//
+// The protocol with the harness: the role prints "ready {JSON}" on stdout
+// once it serves, then answers each line of stdin with one line, "ok
+// [PAYLOAD]" or "err MESSAGE". Common commands: "gc" (collect and return
+// memory to the OS), "stats" (JSON: goroutines and role figures). The role
+// stops when stdin closes.
+type role interface {
+	// info is the ready line's payload (addresses bound and the like).
+	info() map[string]string
+	// command handles a role-specific command line.
+	command(ctx context.Context, name string, args []string) (string, error)
+	// stats adds role figures to the "stats" reply.
+	stats(m map[string]any)
+	// close stops serving and waits for the role's goroutines.
+	close() error
+}
+
+// roleFlags are the flags every role accepts.
+type roleFlags struct {
+	cpuprofile string
+	gomaxprocs int
+}
+
+func (rf *roleFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&rf.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole role to `FILE`")
+	fs.IntVar(&rf.gomaxprocs, "gomaxprocs", 0, "GOMAXPROCS for the role (0: the runtime's default)")
+}
+
+type roleStarter func(ctx context.Context, args []string) (role, error)
+
+// roles maps role names to their constructors.
+func roles() map[string]roleStarter {
+	return map[string]roleStarter{
+		"app":      startApp,
+		"gozt":     startGozt,
+		"xnet-out": startXnetOut,
+		"xnet-in":  startXnetIn,
+		"relay":    startRelay,
+		"xds":      startXDS,
+	}
+}
+
+// runRole runs one role until stdin closes or ctx ends.
+func runRole(ctx context.Context, name string, args []string, stdout io.Writer) error {
+	start, ok := roles()[name]
+	if !ok {
+		return fmt.Errorf("bench: unknown role %q", name)
+	}
+	fs := flag.NewFlagSet("role", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var rf roleFlags
+	rf.register(fs)
+	// The common flags come first; the rest belong to the role.
+	rest := splitCommonFlags(args)
+	if err := fs.Parse(rest.common); err != nil {
+		return fmt.Errorf("role %s: %w", name, err)
+	}
+	if rf.gomaxprocs > 0 {
+		runtime.GOMAXPROCS(rf.gomaxprocs)
+	}
+	if rf.cpuprofile != "" {
+		f, err := os.Create(rf.cpuprofile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	r, err := start(ctx, rest.role)
+	if err != nil {
+		return fmt.Errorf("role %s: %w", name, err)
+	}
+	defer r.close()
+	return serveRole(ctx, r, os.Stdin, stdout)
+}
+
+type splitArgs struct{ common, role []string }
+
+// splitCommonFlags separates the flags of roleFlags from the role's own.
+func splitCommonFlags(args []string) splitArgs {
+	var s splitArgs
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		name := strings.TrimLeft(a, "-")
+		name, _, hasValue := strings.Cut(name, "=")
+		if name == "cpuprofile" || name == "gomaxprocs" {
+			s.common = append(s.common, a)
+			if !hasValue && i+1 < len(args) {
+				i++
+				s.common = append(s.common, args[i])
+			}
+			continue
+		}
+		s.role = append(s.role, a)
+	}
+	return s
+}
+
+// serveRole prints the ready line and answers commands until stdin closes
+// or ctx ends.
+func serveRole(ctx context.Context, r role, stdin io.Reader, stdout io.Writer) error {
+	info, err := json.Marshal(r.info())
+	if err != nil {
+		return err
+	}
+	if _, err := fmt.Fprintf(stdout, "ready %s\n", info); err != nil {
+		return err
+	}
+	lines := make(chan string)
+	go func() {
+		// This goroutine may outlive serveRole when ctx ends first; the
+		// process is about to exit then.
+		defer close(lines)
+		sc := bufio.NewScanner(stdin)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	for {
+		var line string
+		var ok bool
+		select {
+		case <-ctx.Done():
+			return nil
+		case line, ok = <-lines:
+		}
+		if !ok {
+			return nil
+		}
+		reply, err := roleCommand(ctx, r, line)
+		if err != nil {
+			reply = "err " + strings.ReplaceAll(err.Error(), "\n", " ")
+		} else {
+			reply = strings.TrimSuffix("ok "+reply, " ")
+		}
+		if _, err := fmt.Fprintln(stdout, reply); err != nil {
+			return err
+		}
+	}
+}
+
+func roleCommand(ctx context.Context, r role, line string) (string, error) {
+	f := strings.Fields(line)
+	if len(f) == 0 {
+		return "", fmt.Errorf("empty command")
+	}
+	switch f[0] {
+	case "gc":
+		runtime.GC()
+		debug.FreeOSMemory()
+		return "", nil
+	case "heapprofile":
+		if len(f) != 2 {
+			return "", fmt.Errorf("usage: heapprofile FILE")
+		}
+		return "", writeHeapProfile(f[1])
+	case "stats":
+		m := map[string]any{"goroutines": runtime.NumGoroutine()}
+		r.stats(m)
+		b, err := json.Marshal(m)
+		return string(b), err
+	}
+	return r.command(ctx, f[0], f[1:])
+}
+
+// writeHeapProfile writes the live heap (after a GC) to path.
+func writeHeapProfile(path string) error {
+	runtime.GC()
+	out, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("heap").WriteTo(out, 0); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// noCommands is embedded by roles without commands of their own.
+type noCommands struct{}
+
+func (noCommands) command(_ context.Context, name string, _ []string) (string, error) {
+	return "", fmt.Errorf("unknown command %q", name)
+}
+
+func (noCommands) stats(map[string]any) {}

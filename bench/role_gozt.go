@@ -1,0 +1,195 @@
+package bench
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gozt/gozt/certs"
+	"github.com/gozt/gozt/certs/localca"
+	"github.com/gozt/gozt/proxy"
+	"github.com/gozt/gozt/proxy/state"
+	"github.com/gozt/gozt/xds"
+)
+
+// goztRole runs gozt's data path for some workloads of the bench mesh,
+// wired as `gozt local` wires it (state.Store from the local config, the
+// built-in CA, certs.Manager, one proxy.Proxy per workload on the
+// workload's IP), optionally fed by xDS as well. The harness runs the
+// outbound (client) and inbound (server) workloads in separate processes,
+// as two nodes would.
+type goztRole struct {
+	noCommands
+	store   *state.Store
+	certs   *certs.Manager
+	proxies []*proxy.Proxy
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	addrs   map[string]string
+	applied time.Duration // how long the initial batch (config and policies) took
+}
+
+func startGozt(ctx context.Context, args []string) (role, error) {
+	fs := flag.NewFlagSet("gozt", flag.ContinueOnError)
+	cfgPath := fs.String("config", "", "local config `FILE`")
+	caDir := fs.String("ca-dir", "", "CA directory")
+	uids := fs.String("uids", "", "comma-separated workload `UIDS` to serve")
+	poolMax := fs.Int("pool-max-streams", 0, "streams per pooled HBONE connection (0: gozt's default)")
+	policies := fs.Int("policies", 0, "insert `N` authorization policies applying to --policy-ns")
+	policyNS := fs.String("policy-ns", rbacNS, "namespace of the --policies")
+	xdsAddr := fs.String("xds", "", "xDS server `URL` (https://host:port); empty: none")
+	xdsCA := fs.String("xds-ca", "", "PEM `FILE` of the xDS server's certificate")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	g := &goztRole{addrs: map[string]string{}}
+	var err error
+	if g.store, g.applied, err = loadStore(*cfgPath, *policyNS, *policies); err != nil {
+		return nil, err
+	}
+	ca, err := localca.New(localca.Config{Dir: *caDir})
+	if err != nil {
+		return nil, err
+	}
+	g.certs = certs.NewManager(certs.ManagerConfig{Issuer: ca})
+	runCtx, cancel := context.WithCancel(context.Background())
+	g.cancel = cancel
+	if err := g.startProxies(ctx, strings.Split(*uids, ","), *poolMax); err != nil {
+		g.close()
+		return nil, err
+	}
+	if *xdsAddr != "" {
+		if err := g.startXDS(runCtx, *xdsAddr, *xdsCA); err != nil {
+			g.close()
+			return nil, err
+		}
+	}
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		_ = g.certs.Run(runCtx)
+	}()
+	for _, p := range g.proxies {
+		g.wg.Add(1)
+		go func() {
+			defer g.wg.Done()
+			_ = p.Serve()
+		}()
+	}
+	return g, nil
+}
+
+// loadStore returns a store holding the local config at path and n bench
+// policies for namespace ns, applied in one batch, and how long the batch
+// took.
+func loadStore(path, ns string, n int) (*state.Store, time.Duration, error) {
+	static, err := xds.LoadLocalConfig(path)
+	if err != nil {
+		return nil, 0, err
+	}
+	st := state.NewStore(state.Config{})
+	start := time.Now()
+	st.Update(func(b *state.Batch) {
+		if err = static.Apply(b); err != nil {
+			return
+		}
+		for _, p := range benchPolicies(ns, n) {
+			if err = b.InsertPolicy(p); err != nil {
+				return
+			}
+		}
+	})
+	return st, time.Since(start), err
+}
+
+// startProxies binds a proxy for each workload of uids.
+func (g *goztRole) startProxies(ctx context.Context, uids []string, poolMax int) error {
+	metrics := proxy.NewMetrics(prometheus.NewRegistry())
+	snap := g.store.Snapshot()
+	for _, uid := range uids {
+		if uid == "" {
+			continue
+		}
+		w := snap.WorkloadByUID(uid)
+		if w == nil || len(w.Addresses) == 0 {
+			return fmt.Errorf("workload %q not in the config", uid)
+		}
+		ip := w.Addresses[0]
+		p, err := proxy.New(proxy.Config{
+			WorkloadUID:    uid,
+			BindAddr:       ip,
+			OutboundSource: ip,
+			Store:          g.store,
+			Certs:          g.certs,
+			Metrics:        metrics,
+			EnableSOCKS5:   true,
+			PoolMaxStreams: poolMax,
+		})
+		if err != nil {
+			return err
+		}
+		if err := p.Listen(ctx); err != nil {
+			return err
+		}
+		g.proxies = append(g.proxies, p)
+		g.addrs[uid] = ip.String()
+	}
+	return nil
+}
+
+// startXDS runs an xDS client that feeds the same store, as in a cluster.
+func (g *goztRole) startXDS(ctx context.Context, addr, caFile string) error {
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return errors.New("xds-ca: no certificate")
+	}
+	tlsCfg := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	c, err := xds.NewClient(xds.Config{Address: addr, TLS: tlsCfg, Store: g.store})
+	if err != nil {
+		return err
+	}
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		_ = c.Run(ctx)
+	}()
+	return nil
+}
+
+func (g *goztRole) info() map[string]string { return g.addrs }
+
+func (g *goztRole) stats(m map[string]any) {
+	m["workloads"], m["services"], m["policies"] = g.store.Snapshot().Counts()
+	m["initial_apply_seconds"] = g.applied.Seconds()
+}
+
+// close force-closes every proxy (no drain) and waits for everything.
+func (g *goztRole) close() error {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var wg sync.WaitGroup
+	for _, p := range g.proxies {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = p.Shutdown(ctx)
+		}()
+	}
+	wg.Wait()
+	g.cancel()
+	g.wg.Wait()
+	return nil
+}

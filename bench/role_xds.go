@@ -1,0 +1,210 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/protobuf/proto"
+	"istio.io/istio/pkg/workloadapi"
+
+	"github.com/gozt/gozt/xds"
+	"github.com/gozt/gozt/xds/xdstest"
+)
+
+// xdsRole is the fake istiod of the xDS push scenario: xdstest's delta ADS
+// server (the project's one fake xDS server), in its own process so that
+// building and sending a push does not compete with the harness's probe
+// inside one Go runtime.
+//
+// Commands: "wait-clients N" waits until N streams are open; "push N TAG"
+// pushes N new workloads named after TAG in one response and answers, as
+// JSON, the time until every client ACKed it and the wire size; "remove N
+// TAG" removes them again the same way.
+type xdsRole struct {
+	tb      *shimTB
+	srv     *xdstest.Server
+	clients int
+	caFile  string
+}
+
+func startXDS(_ context.Context, args []string) (r role, err error) {
+	fs := flag.NewFlagSet("xds", flag.ContinueOnError)
+	caFile := fs.String("ca-out", "", "write the server's certificate (PEM) to `FILE`")
+	clients := fs.Int("clients", 2, "clients that must ACK each push")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	x := &xdsRole{tb: &shimTB{}, clients: *clients, caFile: *caFile}
+	defer func() {
+		if p := recover(); p != nil {
+			x.tb.cleanup()
+			r, err = nil, fmt.Errorf("xdstest: %v", p)
+		}
+	}()
+	srvTLS, _ := xdstest.TLSConfigs(x.tb)
+	x.srv = xdstest.NewServer(x.tb, srvTLS)
+	der := srvTLS.Certificates[0].Certificate[0]
+	if err := os.WriteFile(*caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		x.tb.cleanup()
+		return nil, err
+	}
+	return x, nil
+}
+
+func (x *xdsRole) info() map[string]string {
+	return map[string]string{"addr": "https://" + x.srv.Addr(), "ca": x.caFile}
+}
+
+func (x *xdsRole) stats(m map[string]any) { m["streams"] = x.srv.Connections() }
+
+func (x *xdsRole) close() error { x.tb.cleanup(); return nil }
+
+func (x *xdsRole) command(ctx context.Context, name string, args []string) (string, error) {
+	switch name {
+	case "wait-clients":
+		n, err := strconv.Atoi(argOr(args, 0, ""))
+		if err != nil {
+			return "", err
+		}
+		for x.srv.Connections() < n {
+			select {
+			case <-ctx.Done():
+				return "", ctx.Err()
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+		return "", nil
+	case "push", "remove":
+		n, err := strconv.Atoi(argOr(args, 0, ""))
+		if err != nil {
+			return "", err
+		}
+		res, err := x.push(ctx, name == "remove", n, argOr(args, 1, "w"))
+		if err != nil {
+			return "", err
+		}
+		b, err := json.Marshal(res)
+		return string(b), err
+	}
+	return "", fmt.Errorf("unknown command %q", name)
+}
+
+func argOr(args []string, i int, def string) string {
+	if i < len(args) {
+		return args[i]
+	}
+	return def
+}
+
+// pushResult is the reply to push and remove.
+type pushResult struct {
+	Seconds   float64 `json:"seconds"`    // from the push until the last client ACKed it
+	WireBytes int     `json:"wire_bytes"` // size of the resources sent
+}
+
+func (x *xdsRole) push(ctx context.Context, remove bool, n int, tag string) (pushResult, error) {
+	var res pushResult
+	var rs []*discoveryv3.Resource
+	names := make([]string, n)
+	for i := range n {
+		w := pushWorkload(i, tag)
+		names[i] = w.GetUid()
+		if !remove {
+			r := xdstest.WorkloadResource(w)
+			res.WireBytes += proto.Size(r)
+			rs = append(rs, r)
+		}
+	}
+	start := time.Now()
+	var nonce string
+	if remove {
+		nonce = x.srv.Remove(xds.AddressTypeURL, names...)
+	} else {
+		nonce = x.srv.Push(xds.AddressTypeURL, rs...)
+	}
+	if err := x.awaitACKs(ctx, nonce); err != nil {
+		return res, err
+	}
+	res.Seconds = time.Since(start).Seconds()
+	return res, nil
+}
+
+// awaitACKs waits until every client has ACKed the response nonce.
+func (x *xdsRole) awaitACKs(ctx context.Context, nonce string) error {
+	acks := 0
+	timeout := time.After(callTimeout)
+	for acks < x.clients {
+		select {
+		case req := <-x.srv.Requests():
+			if req.GetResponseNonce() != nonce {
+				continue
+			}
+			if req.GetErrorDetail() != nil {
+				return fmt.Errorf("push NACKed: %s", req.GetErrorDetail().GetMessage())
+			}
+			acks++
+		case <-timeout:
+			return errors.New("push not ACKed in time")
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// pushWorkload is the i-th workload of a push: a pod like those of a large
+// cluster (1,000 namespaces, 500 nodes, 200 apps), HBONE, with a unique
+// IP in 10.0.0.0/8.
+func pushWorkload(i int, tag string) *workloadapi.Workload {
+	ns := fmt.Sprintf("ns-%d", i%1000)
+	app := fmt.Sprintf("app-%d", i%200)
+	name := fmt.Sprintf("%s-%s-%d", app, tag, i)
+	ip := []byte{10, byte(i >> 16), byte(i >> 8), byte(i)}
+	return &workloadapi.Workload{
+		Uid:               "Kubernetes//Pod/" + ns + "/" + name,
+		Name:              name,
+		Namespace:         ns,
+		Addresses:         [][]byte{ip},
+		Network:           "",
+		TunnelProtocol:    workloadapi.TunnelProtocol_HBONE,
+		TrustDomain:       trustDom,
+		ServiceAccount:    fmt.Sprintf("sa-%d", i%50),
+		Node:              fmt.Sprintf("node-%d", i%500),
+		CanonicalName:     app,
+		CanonicalRevision: "v1",
+		WorkloadType:      workloadapi.WorkloadType_DEPLOYMENT,
+		WorkloadName:      app,
+		ClusterId:         "Kubernetes",
+		Status:            workloadapi.WorkloadStatus_HEALTHY,
+	}
+}
+
+// shimTB lets the harness use xdstest, which takes a testing.TB, outside a
+// test. Only the methods xdstest calls are implemented; the embedded nil
+// interface makes any other call panic, which would be a harness bug.
+// Fatalf panics, and startXDS turns that panic into an error.
+type shimTB struct {
+	testing.TB
+	cleanups []func()
+}
+
+func (s *shimTB) Helper()                           {}
+func (s *shimTB) Fatalf(format string, args ...any) { panic(fmt.Sprintf(format, args...)) }
+func (s *shimTB) Cleanup(f func())                  { s.cleanups = append(s.cleanups, f) }
+
+// cleanup runs the registered cleanups, last first.
+func (s *shimTB) cleanup() {
+	for i := len(s.cleanups) - 1; i >= 0; i-- {
+		s.cleanups[i]()
+	}
+	s.cleanups = nil
+}

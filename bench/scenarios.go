@@ -1,0 +1,555 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"time"
+)
+
+// scenario is one comparison of issue 5.
+type scenario struct {
+	name  string // for --scenario
+	title string // Result.Scenario
+	desc  string // for --list
+	run   func(ctx context.Context, e *env) ([]Result, error)
+}
+
+func allScenarios() []scenario {
+	return []scenario{
+		{"passthrough", "passthrough", "plaintext passthrough throughput, 1 connection, vs direct TCP, a splice relay and HAProxy", runPassthrough},
+		{"hbone-up", "HBONE upload", "HBONE throughput client→server, 1 stream, vs direct TCP, direct mTLS and the x/net pair", runHBONEUp},
+		{"hbone-down", "HBONE download", "HBONE throughput server→client, 1 stream, vs direct TCP, direct mTLS and the x/net pair", runHBONEDown},
+		{"hbone-multi", "HBONE 8 streams", "HBONE upload on 8 streams of one connection and on 8 connections, vs 1 stream", runHBONEMulti},
+		{"round-trip", "round trip", "1-byte round trip p50/p99 through HBONE, vs direct TCP and the x/net pair", runRoundTrip},
+		{"connect", "connect rate", "connect + 1 byte + close rate through HBONE (pooled), vs direct TCP and the x/net pair", runConnect},
+		{"handshake", "new mTLS per request", "connect rate with the HBONE pool off (one mTLS handshake per request), vs bare TLS handshakes", runHandshake},
+		{"idle-memory", "idle memory", "memory per idle connection per proxy after one round trip each, vs the x/net pair", runIdleMemory},
+		{"rbac", "RBAC 10k policies", "connection round trip to a workload under 10,000 policies, vs one without", runRBAC},
+		{"xds-push", "xDS push", "xDS push of 100,000 workloads during traffic: apply time, size, longest stall of a live connection", runXDSPush},
+	}
+}
+
+type bulkFunc func(ctx context.Context, dial dialFunc, d time.Duration) (int64, time.Duration, error)
+
+// bulk is a throughput variant: MB/s, and CPU-s per GB of procs if any.
+func (e *env) bulk(name string, dial dialFunc, fn bulkFunc, procs ...*child) variant {
+	return variant{name, func(ctx context.Context, warm bool) (map[string]float64, error) {
+		d := e.b.dur
+		if warm {
+			d = e.b.warmDur
+		}
+		cpu0 := cpuOf(procs...)
+		n, t, err := fn(ctx, dial, d)
+		if err != nil {
+			return nil, err
+		}
+		m := map[string]float64{"throughput": float64(n) / t.Seconds() / 1e6}
+		if len(procs) > 0 {
+			m["cpu"] = (cpuOf(procs...) - cpu0).Seconds() / (float64(n) / 1e9)
+		}
+		return m, nil
+	}}
+}
+
+func runPassthrough(ctx context.Context, e *env) ([]Result, error) {
+	out, in, err := e.goztPair(ctx, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer stopAll([]*child{out, in})
+	relay, err := e.role(ctx, "relay", "relay", "--listen", ap(e.plan.relay, appPort).String(), "--target", ap(e.plan.plain, appPort).String())
+	if err != nil {
+		return nil, err
+	}
+	defer relay.stop()
+	vs := []variant{
+		e.bulk("direct TCP", e.directPlain(), upload),
+		e.bulk("splice relay", directDial(e.plan.source(1), ap(e.plan.relay, appPort)), upload, relay),
+	}
+	hap, hapErr := e.haproxy(ctx)
+	if hap != nil {
+		defer hap.stop()
+		vs = append(vs, e.bulk("HAProxy", directDial(e.plan.source(1), ap(e.plan.haproxy, appPort)), upload, hap))
+	}
+	vs = append(vs, e.bulk("gozt", e.goztDial(1, e.plan.plain), upload, out, in))
+	s, err := e.measure(ctx, "passthrough", vs, "throughput", "MB/s")
+	if err != nil {
+		return nil, err
+	}
+	const t, m = "passthrough", "throughput, 1 connection"
+	g, n := s.median("gozt", "throughput"), s.count("gozt", "throughput")
+	rs := []Result{
+		row(t, m, g, "MB/s", n).vs("direct TCP", s.median("direct TCP", "throughput")),
+		row(t, m, g, "MB/s", n).vs("splice relay", s.median("splice relay", "throughput")).goal(Target{Bound: 0.95}),
+	}
+	if hap != nil {
+		rs = append(rs, row(t, m, g, "MB/s", n).vs("HAProxy", s.median("HAProxy", "throughput")).goal(Target{Bound: 1}))
+	} else {
+		rs = append(rs, row(t, m, g, "MB/s", n).note("HAProxy row skipped: "+hapErr.Error()))
+	}
+	cpu := s.median("gozt", "cpu")
+	rs = append(rs, row(t, "proxy CPU per GB", cpu, "CPU-s/GB", n).vs("splice relay", s.median("splice relay", "cpu")))
+	if hap != nil {
+		rs = append(rs, row(t, "proxy CPU per GB", cpu, "CPU-s/GB", n).vs("HAProxy", s.median("HAProxy", "cpu")))
+	}
+	return rs, nil
+}
+
+func runHBONEUp(ctx context.Context, e *env) ([]Result, error) {
+	return runHBONE(ctx, e, "HBONE upload", upload)
+}
+
+func runHBONEDown(ctx context.Context, e *env) ([]Result, error) {
+	return runHBONE(ctx, e, "HBONE download", download)
+}
+
+func runHBONE(ctx context.Context, e *env, title string, fn bulkFunc) ([]Result, error) {
+	out, in, err := e.goztPair(ctx, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer stopAll([]*child{out, in})
+	xo, xi, err := e.xnetPair(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer stopAll([]*child{xo, xi})
+	vs := []variant{
+		e.bulk("direct TCP", e.directTCP(), fn),
+		e.bulk("direct mTLS", e.directTLS(), fn),
+		e.bulk("x/net pair", e.xnetDial(), fn, xo, xi),
+		e.bulk("gozt", e.goztDial(1, e.plan.server), fn, out, in),
+	}
+	s, err := e.measure(ctx, e.scen, vs, "throughput", "MB/s")
+	if err != nil {
+		return nil, err
+	}
+	const m = "throughput, 1 stream"
+	g, n := s.median("gozt", "throughput"), s.count("gozt", "throughput")
+	return []Result{
+		row(title, m, g, "MB/s", n).vs("direct TCP", s.median("direct TCP", "throughput")).goal(Target{Bound: 0.30}),
+		row(title, m, g, "MB/s", n).vs("direct mTLS", s.median("direct mTLS", "throughput")),
+		row(title, m, g, "MB/s", n).vs("x/net pair", s.median("x/net pair", "throughput")).goal(Target{Bound: 1.5}),
+		row(title, "CPU per GB, both proxies", s.median("gozt", "cpu"), "CPU-s/GB", n).
+			vs("x/net pair", s.median("x/net pair", "cpu")).goal(Target{OnValue: true, Max: true, Bound: 1.1}),
+	}, nil
+}
+
+func runHBONEMulti(ctx context.Context, e *env) ([]Result, error) {
+	out, in, err := e.goztPair(ctx, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer stopAll([]*child{out, in})
+	one := []dialFunc{e.goztDial(1, e.plan.server)}
+	// The pool key includes the downstream source IP, so 8 sources get 8
+	// HBONE connections, and one source shares one.
+	var eight []dialFunc
+	for i := 1; i <= 8; i++ {
+		eight = append(eight, e.goztDial(i, e.plan.server))
+	}
+	par := func(dials []dialFunc, n int) bulkFunc {
+		return func(ctx context.Context, _ dialFunc, d time.Duration) (int64, time.Duration, error) {
+			return uploadParallel(ctx, dials, n, d)
+		}
+	}
+	vs := []variant{
+		e.bulk("1 stream", nil, par(one, 1), out, in),
+		e.bulk("8 streams, 1 connection", nil, par(one, 8), out, in),
+		e.bulk("8 connections", nil, par(eight, 8), out, in),
+	}
+	s, err := e.measure(ctx, "hbone-multi", vs, "throughput", "MB/s")
+	if err != nil {
+		return nil, err
+	}
+	const t = "HBONE 8 streams"
+	base := s.median("1 stream", "throughput")
+	return []Result{
+		row(t, "upload, 8 streams on 1 connection", s.median("8 streams, 1 connection", "throughput"), "MB/s", s.count("1 stream", "throughput")).vs("1 stream", base),
+		row(t, "upload, 8 connections", s.median("8 connections", "throughput"), "MB/s", s.count("1 stream", "throughput")).vs("1 stream", base),
+		row(t, "CPU per GB, 8 streams on 1 connection", s.median("8 streams, 1 connection", "cpu"), "CPU-s/GB", s.count("1 stream", "cpu")).vs("1 stream", s.median("1 stream", "cpu")),
+	}, nil
+}
+
+// rtt is a round-trip variant: p50 and p99 in µs.
+func (e *env) rtt(name string, dial dialFunc) variant {
+	return variant{name, func(ctx context.Context, warm bool) (map[string]float64, error) {
+		n := e.b.rtts
+		if warm {
+			n /= 4
+		}
+		ds, err := roundTrips(ctx, dial, n)
+		if err != nil {
+			return nil, err
+		}
+		us := micros(ds)
+		return map[string]float64{"p50": percentile(us, 50), "p99": percentile(us, 99)}, nil
+	}}
+}
+
+func runRoundTrip(ctx context.Context, e *env) ([]Result, error) {
+	out, in, err := e.goztPair(ctx, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer stopAll([]*child{out, in})
+	xo, xi, err := e.xnetPair(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer stopAll([]*child{xo, xi})
+	vs := []variant{
+		e.rtt("direct TCP", e.directTCP()),
+		e.rtt("x/net pair", e.xnetDial()),
+		e.rtt("gozt", e.goztDial(1, e.plan.server)),
+	}
+	s, err := e.measure(ctx, "round-trip", vs, "p50", "µs p50")
+	if err != nil {
+		return nil, err
+	}
+	const t = "round trip"
+	n := s.count("gozt", "p50")
+	var rs []Result
+	for _, q := range []string{"p50", "p99"} {
+		g, d, x := s.median("gozt", q), s.median("direct TCP", q), s.median("x/net pair", q)
+		rs = append(rs, row(t, "1-byte "+q, g, "µs", n).vs("direct TCP", d))
+		rs = append(rs, row(t, "added "+q, g-d, "µs", n).vs("x/net pair", x-d).goal(Target{Max: true, Bound: 0.7}))
+	}
+	return rs, nil
+}
+
+// rate is a connect-rate variant: connections per second, and proxy CPU
+// µs per connection if procs are given.
+func (e *env) rate(name string, dial dialFunc, procs ...*child) variant {
+	return variant{name, func(ctx context.Context, warm bool) (map[string]float64, error) {
+		d := e.b.dur
+		if warm {
+			d = e.b.warmDur
+		}
+		cpu0 := cpuOf(procs...)
+		n, t, err := connectRate(ctx, dial, e.b.workers, d)
+		if err != nil {
+			return nil, err
+		}
+		m := map[string]float64{"rate": float64(n) / t.Seconds()}
+		if len(procs) > 0 && n > 0 {
+			m["cpu"] = float64((cpuOf(procs...)-cpu0)/time.Microsecond) / float64(n)
+		}
+		return m, nil
+	}}
+}
+
+func runConnect(ctx context.Context, e *env) ([]Result, error) {
+	out, in, err := e.goztPair(ctx, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer stopAll([]*child{out, in})
+	xo, xi, err := e.xnetPair(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer stopAll([]*child{xo, xi})
+	vs := []variant{
+		e.rate("direct TCP", e.directTCP()),
+		e.rate("x/net pair", e.xnetDial(), xo, xi),
+		e.rate("gozt", e.goztDial(1, e.plan.server), out, in),
+	}
+	s, err := e.measure(ctx, "connect", vs, "rate", "conn/s")
+	if err != nil {
+		return nil, err
+	}
+	const t = "connect rate"
+	m := fmt.Sprintf("connect + 1 byte + close, pooled, %d clients", e.b.workers)
+	g, n := s.median("gozt", "rate"), s.count("gozt", "rate")
+	return []Result{
+		row(t, m, g, "conn/s", n).vs("direct TCP", s.median("direct TCP", "rate")),
+		row(t, m, g, "conn/s", n).vs("x/net pair", s.median("x/net pair", "rate")).goal(Target{Bound: 1.5}),
+		row(t, "proxy CPU per connection", s.median("gozt", "cpu"), "µs", n).vs("x/net pair", s.median("x/net pair", "cpu")),
+	}, nil
+}
+
+func runHandshake(ctx context.Context, e *env) ([]Result, error) {
+	// With one stream per pooled connection, a connection leaves the pool
+	// at its first checkout and closes when its stream ends: every
+	// request pays a new mTLS handshake.
+	out, in, err := e.goztPair(ctx, []string{"--pool-max-streams", "1"}, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer stopAll([]*child{out, in})
+	vs := []variant{
+		e.rate("bare TLS handshake", e.directTLS()),
+		e.rate("gozt, pool off", e.goztDial(1, e.plan.server), out, in),
+	}
+	s, err := e.measure(ctx, "handshake", vs, "rate", "conn/s")
+	if err != nil {
+		return nil, err
+	}
+	const t = "new mTLS per request"
+	m := fmt.Sprintf("connect + 1 byte + close, pool off, %d clients", e.b.workers)
+	n := s.count("gozt, pool off", "rate")
+	return []Result{
+		row(t, m, s.median("gozt, pool off", "rate"), "conn/s", n).vs("bare TLS handshake", s.median("bare TLS handshake", "rate")),
+		row(t, "proxy CPU per connection", s.median("gozt, pool off", "cpu"), "µs", n),
+	}, nil
+}
+
+// idle is an idle-memory variant: bytes of RSS per open connection, for
+// the outbound and the inbound proxy. Each run starts the pair afresh, so
+// every run pays for the same connections (pooled HBONE connections
+// included) from the same starting point.
+func (e *env) idle(name string, pair func(context.Context) (out, in *child, err error), dial dialFunc) variant {
+	return variant{name, func(ctx context.Context, warm bool) (map[string]float64, error) {
+		n := e.b.idleConns
+		if warm {
+			n /= 10
+		}
+		out, in, err := pair(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer stopAll([]*child{out, in})
+		rss0 := rssAfterGC(ctx, out, in)
+		g0, err := goroutines(ctx, out, in)
+		if err != nil {
+			return nil, err
+		}
+		conns, err := openIdle(ctx, dial, n, 16)
+		if err != nil {
+			return nil, err
+		}
+		defer closeAll(conns)
+		time.Sleep(100 * time.Millisecond) // let the last handshakes' garbage become collectable
+		rss1 := rssAfterGC(ctx, out, in)
+		g1, err := goroutines(ctx, out, in)
+		if err != nil {
+			return nil, err
+		}
+		if e.opts.profileDir != "" && !warm {
+			for _, c := range []*child{out, in} {
+				path := filepath.Join(e.opts.profileDir, fmt.Sprintf("idle-memory-%s.heap", c.name))
+				if _, err := c.call(ctx, "heapprofile "+path); err != nil {
+					return nil, err
+				}
+			}
+		}
+		return map[string]float64{
+			"out":  float64(rss1[0]-rss0[0]) / float64(n),
+			"in":   float64(rss1[1]-rss0[1]) / float64(n),
+			"gout": float64(g1[0]-g0[0]) / float64(n),
+			"gin":  float64(g1[1]-g0[1]) / float64(n),
+		}, nil
+	}}
+}
+
+// goroutines returns each process's goroutine count.
+func goroutines(ctx context.Context, cs ...*child) ([]int, error) {
+	out := make([]int, len(cs))
+	for i, c := range cs {
+		var st struct{ Goroutines int }
+		if err := c.callJSON(ctx, "stats", &st); err != nil {
+			return nil, err
+		}
+		out[i] = st.Goroutines
+	}
+	return out, nil
+}
+
+// rssAfterGC collects garbage in each process, returns it to the OS, and
+// reads the resident set sizes.
+func rssAfterGC(ctx context.Context, cs ...*child) []int64 {
+	out := make([]int64, len(cs))
+	for i, c := range cs {
+		_, _ = c.call(ctx, "gc")
+		out[i], _ = procRSS(c.pid())
+	}
+	return out
+}
+
+func runIdleMemory(ctx context.Context, e *env) ([]Result, error) {
+	vs := []variant{
+		e.idle("x/net pair", e.xnetPair, socksDial(e.plan.source(2), ap(e.plan.xnetOut, socksPort), ap(e.plan.server, appPort))),
+		e.idle("gozt", func(ctx context.Context) (*child, *child, error) { return e.goztPair(ctx, nil, nil) }, e.goztDial(3, e.plan.server)),
+	}
+	s, err := e.measure(ctx, "idle-memory", vs, "out", "B/conn out")
+	if err != nil {
+		return nil, err
+	}
+	const t = "idle memory"
+	n := s.count("gozt", "out")
+	note := func(g string) string {
+		return fmt.Sprintf("%d connections, each after one round trip; goroutines per connection: gozt %.1f, x/net %.1f",
+			e.b.idleConns, s.median("gozt", g), s.median("x/net pair", g))
+	}
+	limit := Target{OnValue: true, Max: true, Bound: 8 << 10}
+	return []Result{
+		row(t, "outbound proxy, per connection", s.median("gozt", "out"), "B", n).vs("x/net pair", s.median("x/net pair", "out")).goal(limit).note(note("gout")),
+		row(t, "inbound proxy, per connection", s.median("gozt", "in"), "B", n).vs("x/net pair", s.median("x/net pair", "in")).goal(limit).note(note("gin")),
+	}, nil
+}
+
+// latency is a connection-latency variant: p50 of connect + 1 byte.
+func (e *env) latency(name string, dial dialFunc) variant {
+	return variant{name, func(ctx context.Context, warm bool) (map[string]float64, error) {
+		n := e.b.connLat
+		if warm {
+			n /= 4
+		}
+		ds, err := connectLatencies(ctx, dial, n)
+		if err != nil {
+			return nil, err
+		}
+		us := micros(ds)
+		return map[string]float64{"p50": percentile(us, 50), "mean": mean(us)}, nil
+	}}
+}
+
+func mean(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	var s float64
+	for _, x := range xs {
+		s += x
+	}
+	return s / float64(len(xs))
+}
+
+const rbacPolicies = 10_000
+
+func runRBAC(ctx context.Context, e *env) ([]Result, error) {
+	// Two inbound processes, so that the baseline's store holds no policy
+	// at all: one serves the plain server workload; the other holds 10,000
+	// policies applying to one of its workloads (every one evaluated on
+	// each connection: the worst case) and serves a second workload in a
+	// namespace none of them applies to (the common case).
+	out, err := e.role(ctx, "gozt-out", "gozt", "--config", e.mesh, "--ca-dir", e.caDir, "--uids", clientUID)
+	if err != nil {
+		return nil, err
+	}
+	defer out.stop()
+	in, err := e.goztIn(ctx, "gozt-in", serverUID)
+	if err != nil {
+		return nil, err
+	}
+	defer in.stop()
+	inP, err := e.goztIn(ctx, "gozt-in-rbac", rbacUID+","+otherUID, "--policies", fmt.Sprint(rbacPolicies), "--policy-ns", rbacNS)
+	if err != nil {
+		return nil, err
+	}
+	defer inP.stop()
+	var st struct {
+		Policies            int
+		InitialApplySeconds float64 `json:"initial_apply_seconds"`
+	}
+	if err := inP.callJSON(ctx, "stats", &st); err != nil {
+		return nil, err
+	}
+	if st.Policies != rbacPolicies {
+		return nil, fmt.Errorf("inbound proxy holds %d policies, want %d", st.Policies, rbacPolicies)
+	}
+	const none, elsewhere, onPath = "no policies", "10,000 elsewhere", "10,000 on the destination"
+	vs := []variant{
+		e.latency(none, e.goztDial(1, e.plan.server)),
+		e.latency(elsewhere, e.goztDial(1, e.plan.other)),
+		e.latency(onPath, e.goztDial(1, e.plan.rbacSrv)),
+	}
+	s, err := e.measure(ctx, "rbac", vs, "p50", "µs p50")
+	if err != nil {
+		return nil, err
+	}
+	const t = "RBAC 10k policies"
+	n := s.count(none, "p50")
+	base := s.median(none, "p50")
+	lt1 := Target{Max: true, Bound: 1.01}
+	return []Result{
+		row(t, "connection round trip p50, policies in another namespace", s.median(elsewhere, "p50"), "µs", n).vs(none, base).goal(lt1),
+		row(t, "connection round trip p50, all applying to the destination", s.median(onPath, "p50"), "µs", n).vs(none, base).goal(lt1).
+			note("worst case: every policy evaluated on each connection"),
+		row(t, "store update inserting 10,000 policies in one batch", st.InitialApplySeconds, "s", 1),
+	}, nil
+}
+
+func runXDSPush(ctx context.Context, e *env) ([]Result, error) {
+	x, err := e.role(ctx, "xds", "xds", "--ca-out", filepath.Join(e.tmp, "xds-ca.pem"), "--clients", "2")
+	if err != nil {
+		return nil, err
+	}
+	defer x.stop()
+	xdsArgs := []string{"--xds", x.info["addr"], "--xds-ca", x.info["ca"]}
+	out, in, err := e.goztPair(ctx, xdsArgs, xdsArgs)
+	if err != nil {
+		return nil, err
+	}
+	defer stopAll([]*child{out, in})
+	if _, err := x.call(ctx, "wait-clients 2"); err != nil {
+		return nil, err
+	}
+	p, err := startProbe(ctx, e.goztDial(1, e.plan.server), time.Millisecond)
+	if err != nil {
+		return nil, err
+	}
+	defer p.stop()
+	s, err := e.measure(ctx, "xds-push", []variant{e.push(x, out, in, p)}, "stall", "ms stall")
+	if err != nil {
+		return nil, err
+	}
+	const t = "xDS push"
+	n := s.count("push", "apply")
+	w := fmt.Sprintf("%d workloads", e.b.workloads)
+	return []Result{
+		row(t, "apply time, push to last ACK ("+w+", 2 proxies)", s.median("push", "apply"), "s", n),
+		row(t, "wire bytes per workload", s.median("push", "wire"), "B", n),
+		row(t, "memory per workload per proxy", s.median("push", "mem"), "B", n),
+		row(t, "longest stall of a live connection", s.median("push", "stall"), "ms", n).
+			vs("same connection, no push", s.median("push", "calm")).goal(Target{OnValue: true, Max: true, Bound: 5}).
+			note("1-byte round trip every 1 ms"),
+	}, nil
+}
+
+// push is the xDS variant: push new workloads to both proxies while the
+// probe runs on a live HBONE connection, watch the probe over an equally
+// long window without a push, then remove the workloads again.
+func (e *env) push(x, out, in *child, p *probe) variant {
+	rep := 0
+	return variant{"push", func(ctx context.Context, warm bool) (map[string]float64, error) {
+		rep++
+		n := e.b.workloads
+		if warm {
+			n /= 10
+		}
+		tag := fmt.Sprintf("r%d", rep)
+		rss0 := rssAfterGC(ctx, out, in)
+		p.reset()
+		var res pushResult
+		if err := x.callJSON(ctx, fmt.Sprintf("push %d %s", n, tag), &res); err != nil {
+			return nil, err
+		}
+		stall, _ := p.reset()
+		time.Sleep(time.Duration(res.Seconds * float64(time.Second)))
+		calm, _ := p.reset()
+		if err := p.failure(); err != nil {
+			return nil, err
+		}
+		rss1 := rssAfterGC(ctx, out, in)
+		var st struct{ Workloads int }
+		if err := out.callJSON(ctx, "stats", &st); err != nil {
+			return nil, err
+		}
+		if st.Workloads < n {
+			return nil, fmt.Errorf("outbound proxy holds %d workloads after a push of %d", st.Workloads, n)
+		}
+		if _, err := x.call(ctx, fmt.Sprintf("remove %d %s", n, tag)); err != nil {
+			return nil, err
+		}
+		return map[string]float64{
+			"apply": res.Seconds,
+			"wire":  float64(res.WireBytes) / float64(n),
+			"mem":   float64(rss1[0]-rss0[0]+rss1[1]-rss0[1]) / 2 / float64(n),
+			"stall": float64(stall) / float64(time.Millisecond),
+			"calm":  float64(calm) / float64(time.Millisecond),
+		}, nil
+	}}
+}
