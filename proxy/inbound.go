@@ -41,7 +41,7 @@ func unavailable(err error) *inboundError {
 
 // handleInbound terminates mTLS on 15008 and serves HTTP/2 CONNECT streams.
 func (p *Proxy) handleInbound(c net.Conn) {
-	tc := tls.Server(c, certs.ServerConfig(p.serverCert))
+	tc := tls.Server(hbone.NewBatchConn(c), certs.ServerConfig(p.serverCert))
 	ctx, cancel := context.WithTimeout(p.lifetime, handshakeTimeout)
 	err := tc.HandshakeContext(ctx)
 	cancel()
