@@ -24,7 +24,7 @@ import (
 // message, unless GOZT_REQUIRE_ROOT=1 (CI), where they fail.
 
 // requireRoot skips or fails t when it cannot run namespace tests.
-func requireRoot(t *testing.T, tools ...string) {
+func requireRoot(t testing.TB, tools ...string) {
 	t.Helper()
 	missing := ""
 	if os.Geteuid() != 0 {
@@ -48,7 +48,7 @@ func requireRoot(t *testing.T, tools ...string) {
 }
 
 // run runs a command and fails t with its output if it fails.
-func run(t *testing.T, args ...string) {
+func run(t testing.TB, args ...string) {
 	t.Helper()
 	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
 	if err != nil {
@@ -70,7 +70,7 @@ type netns struct {
 	path string
 }
 
-func newNetns(t *testing.T) netns {
+func newNetns(t testing.TB) netns {
 	t.Helper()
 	ns := netns{name: uniqueName("gozt-t-")}
 	ns.path = "/var/run/netns/" + ns.name
@@ -86,13 +86,13 @@ func newNetns(t *testing.T) netns {
 }
 
 // exec runs a command inside the namespace, failing t if it fails.
-func (ns netns) exec(t *testing.T, args ...string) {
+func (ns netns) exec(t testing.TB, args ...string) {
 	t.Helper()
 	run(t, append([]string{"ip", "netns", "exec", ns.name}, args...)...)
 }
 
 // in runs fn inside ns with sockopt.InNetns, failing t on error.
-func (ns netns) in(t *testing.T, fn func() error) {
+func (ns netns) in(t testing.TB, fn func() error) {
 	t.Helper()
 	if err := sockopt.InNetns(ns.path, fn); err != nil {
 		t.Fatalf("in netns %s: %v", ns.name, err)
@@ -100,10 +100,11 @@ func (ns netns) in(t *testing.T, fn func() error) {
 }
 
 // link connects a and b with a veth pair and gives each end its addresses
-// (CIDR strings, IPv6 ones added with nodad so they are usable at once).
-func link(t *testing.T, a netns, aAddrs []string, b netns, bAddrs []string) {
+// (CIDR strings, IPv6 ones added with nodad so they are usable at once). It
+// returns the names of a's and b's ends.
+func link(t testing.TB, a netns, aAddrs []string, b netns, bAddrs []string) (ifA, ifB string) {
 	t.Helper()
-	ifA, ifB := uniqueName("gza"), uniqueName("gzb")
+	ifA, ifB = uniqueName("gza"), uniqueName("gzb")
 	run(t, "ip", "link", "add", ifA, "netns", a.name, "type", "veth", "peer", "name", ifB, "netns", b.name)
 	for _, end := range []struct {
 		ns    netns
@@ -119,6 +120,7 @@ func link(t *testing.T, a netns, aAddrs []string, b netns, bAddrs []string) {
 		}
 		run(t, "ip", "-n", end.ns.name, "link", "set", end.ifc, "up")
 	}
+	return ifA, ifB
 }
 
 // acceptOne accepts one connection on ln in the background.
@@ -223,23 +225,37 @@ func TestOriginalDstRedirected(t *testing.T) {
 	})
 }
 
-// TestDialerSpoofsSource dials from a netns with a source address no
-// interface has (10.99.0.5) and checks that the server in another netns
-// sees that address. As with istio-cni (SPEC §1.3), the dialing netns marks
-// the proxy's connections (SO_MARK 0x539 → connmark 0x111) and routes
-// packets of marked connections to the local stack (table 100), so the
-// replies to the spoofed address come back to the socket.
-func TestDialerSpoofsSource(t *testing.T) {
-	requireRoot(t, "ip", "iptables")
-	proxy, server := newNetns(t), newNetns(t)
+// spoofMark is the SO_MARK that newSpoofPair's proxy netns routes replies
+// for: a socket that spoofs its source must carry it.
+const spoofMark = 0x539
+
+// newSpoofPair makes a proxy netns (10.99.2.1) and a server netns
+// (10.99.2.2) joined by a veth pair, set up as istio-cni sets up a node
+// (SPEC §1.3) for source spoofing from 10.99.0.0/24: the server routes that
+// range to the proxy; the proxy marks the connections of sockets with
+// SO_MARK spoofMark (→ connmark 0x111) and routes packets of marked
+// connections to its local stack (table 100), so replies to a spoofed
+// address come back to the socket.
+func newSpoofPair(t testing.TB) (proxy, server netns) {
+	t.Helper()
+	proxy, server = newNetns(t), newNetns(t)
 	link(t, proxy, []string{"10.99.2.1/24"}, server, []string{"10.99.2.2/24"})
 	run(t, "ip", "-n", server.name, "route", "add", "10.99.0.0/24", "via", "10.99.2.1")
-	proxy.exec(t, "iptables", "-t", "mangle", "-A", "OUTPUT", "-m", "mark", "--mark", "0x539/0xfff",
+	proxy.exec(t, "iptables", "-t", "mangle", "-A", "OUTPUT", "-m", "mark", "--mark", fmt.Sprintf("%#x/0xfff", spoofMark),
 		"-j", "CONNMARK", "--set-xmark", "0x111/0xfff")
 	proxy.exec(t, "iptables", "-t", "mangle", "-A", "PREROUTING", "-m", "connmark", "--mark", "0x111/0xfff",
 		"-j", "CONNMARK", "--restore-mark")
 	run(t, "ip", "-n", proxy.name, "rule", "add", "fwmark", "0x111/0xfff", "lookup", "100")
 	run(t, "ip", "-n", proxy.name, "route", "add", "local", "0.0.0.0/0", "dev", "lo", "table", "100")
+	return proxy, server
+}
+
+// TestDialerSpoofsSource dials from a netns with a source address no
+// interface has (10.99.0.5) and checks that the server in another netns
+// sees that address, with newSpoofPair's istio-cni-like routing.
+func TestDialerSpoofsSource(t *testing.T) {
+	requireRoot(t, "ip", "iptables")
+	proxy, server := newSpoofPair(t)
 
 	spoofed := netip.MustParseAddr("10.99.0.5")
 	var ln net.Listener
@@ -258,7 +274,7 @@ func TestDialerSpoofsSource(t *testing.T) {
 		if !sockopt.IsLocal(netip.MustParseAddr("10.99.2.1")) {
 			return errors.New("IsLocal(10.99.2.1) = false in the proxy netns, want true")
 		}
-		c, err = sockopt.Dialer(spoofed, sockopt.Options{Mark: 0x539}).Dial("tcp4", ln.Addr().String())
+		c, err = sockopt.Dialer(spoofed, sockopt.Options{Mark: spoofMark}).Dial("tcp4", ln.Addr().String())
 		return err
 	})
 	defer c.Close()
@@ -466,4 +482,36 @@ func withoutNetAdmin(t *testing.T, fn func()) {
 		runtime.UnlockOSThread()
 	}()
 	<-done
+}
+
+// TestIsLocalLinkLocal checks IsLocal on a zoned IPv6 link-local address,
+// whose zone (an interface name or index) it resolves in the calling
+// thread's namespace: the address is local only with the zone of the
+// interface that has it.
+func TestIsLocalLinkLocal(t *testing.T) {
+	requireRoot(t, "ip")
+	a, b := newNetns(t), newNetns(t)
+	ifA, _ := link(t, a, []string{"fe80::99:1/64"}, b, []string{"fe80::99:2/64"})
+	a.in(t, func() error {
+		ifi, err := net.InterfaceByName(ifA)
+		if err != nil {
+			return err
+		}
+		for _, tc := range []struct {
+			ip   string
+			want bool
+		}{
+			{"fe80::99:1%" + ifA, true},
+			{fmt.Sprintf("fe80::99:1%%%d", ifi.Index), true},
+			{"fe80::99:1", false},    // a link-local bind needs a zone
+			{"fe80::99:1%lo", false}, // not on that interface
+			{"fe80::99:2%" + ifA, false},
+			{"fe80::99:1%gozt-none0", false},
+		} {
+			if got := sockopt.IsLocal(netip.MustParseAddr(tc.ip)); got != tc.want {
+				t.Errorf("IsLocal(%s) in netns = %v, want %v", tc.ip, got, tc.want)
+			}
+		}
+		return nil
+	})
 }

@@ -66,13 +66,18 @@ func ListenConfig(o Options) net.ListenConfig {
 // the source address (SPEC §2.5):
 //
 //   - src is not valid: no bind; the kernel picks the source.
-//   - src is local (IsLocal): a plain bind to src, port 0.
-//   - src is not local: bind to src, port 0, with IP_TRANSPARENT and
-//     IP_FREEBIND (IPv6 variants for IPv6), which spoofs the source. That
-//     needs CAP_NET_ADMIN, and replies reach the socket only if policy
-//     routing sends them to the local stack (istio-cni's table 100,
-//     SPEC §1.3). If the options cannot be set, dialing fails with an
-//     error from this package; the caller may then dial without src.
+//   - src is valid: bind to src with IP_BIND_ADDRESS_NO_PORT, so that
+//     connect, not bind, picks the source port (a bind to port 0 searches
+//     the port range under a lock and slows down as sockets pile up on one
+//     address; connect needs only a free 4-tuple), and with IP_TRANSPARENT
+//     and IP_FREEBIND (IPv6 variants for IPv6), which spoofs a source the
+//     host does not own. Those two need CAP_NET_ADMIN; replies reach the
+//     socket only if policy routing sends them to the local stack
+//     (istio-cni's table 100, SPEC §1.3).
+//   - Without that capability a local src (IsLocal) is bound plainly; for
+//     a non-local one dialing fails, before anything is sent, with the
+//     error from this package setting IP_TRANSPARENT (EPERM); the caller
+//     may then dial without src.
 //
 // Whether src is local is decided in the namespace where the socket is made,
 // when it is made, so a Dialer may be built once and used inside InNetns.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strconv"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -95,26 +96,39 @@ type controlFunc = func(network, address string, c syscall.RawConn) error
 
 func listenControl(o Options) controlFunc {
 	return func(_, _ string, rc syscall.RawConn) error {
-		return setOptions(rc, o, false)
+		return control(rc, func(fd int) error {
+			v6, err := isIPv6Socket(fd)
+			if err != nil {
+				return err
+			}
+			return setOptionsFD(fd, v6, o)
+		})
 	}
 }
 
 func dialControl(src netip.Addr, o Options) controlFunc {
 	return func(_, _ string, rc syscall.RawConn) error {
-		// Control runs on the thread that made the socket, so IsLocal
-		// looks at the socket's own network namespace.
-		spoof := src.IsValid() && !IsLocal(src)
-		return setOptions(rc, o, spoof)
+		return control(rc, func(fd int) error {
+			v6, err := isIPv6Socket(fd)
+			if err != nil {
+				return err
+			}
+			if src.IsValid() {
+				// The net.Dialer binds src next, then connects.
+				if err := prepareSource(fd, v6, src); err != nil {
+					return err
+				}
+			}
+			return setOptionsFD(fd, v6, o)
+		})
 	}
 }
 
-// setOptions sets o on the socket behind rc; spoof adds the transparent and
-// freebind options a non-local source address needs, and makes failing to
-// set them an error.
-func setOptions(rc syscall.RawConn, o Options, spoof bool) error {
+// control calls fn with the socket behind rc and returns fn's error.
+func control(rc syscall.RawConn, fn func(fd int) error) error {
 	var err error
 	cerr := rc.Control(func(fd uintptr) {
-		err = setOptionsFD(int(fd), o, spoof)
+		err = fn(int(fd))
 	})
 	if cerr != nil {
 		return fmt.Errorf("sockopt: %w", cerr)
@@ -122,19 +136,66 @@ func setOptions(rc syscall.RawConn, o Options, spoof bool) error {
 	return err
 }
 
-func setOptionsFD(fd int, o Options, spoof bool) error {
+// isIPv6Socket reports whether fd is an AF_INET6 socket.
+func isIPv6Socket(fd int) (bool, error) {
 	domain, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_DOMAIN)
 	if err != nil {
-		return fmt.Errorf("sockopt: get SO_DOMAIN: %w", err)
+		return false, fmt.Errorf("sockopt: get SO_DOMAIN: %w", err)
 	}
-	v6 := domain == unix.AF_INET6
-	if o.Transparent || o.RequireTransparent || spoof {
+	return domain == unix.AF_INET6, nil
+}
+
+// prepareSource readies a dial socket for binding src (see Dialer). It sets
+// IP_BIND_ADDRESS_NO_PORT, then IP_TRANSPARENT and IP_FREEBIND, the options
+// SPEC §2.5 puts on every source-preserving upstream socket; with them any
+// src binds, so whether src is local need not be asked. Only when
+// IP_TRANSPARENT is not permitted does it ask IsLocal: a local src then
+// binds plainly, and a non-local one fails with the IP_TRANSPARENT error
+// (EPERM) before anything is sent. It runs on the thread that made the
+// socket, so IsLocal looks at the socket's own network namespace.
+func prepareSource(fd int, v6 bool, src netip.Addr) error {
+	setBindAddressNoPort(fd)
+	if err := setTransparent(fd, v6); err != nil {
+		if IsLocal(src) {
+			return nil
+		}
+		return err
+	}
+	return setFreebind(fd, v6)
+}
+
+// setBindAddressNoPort sets IP_BIND_ADDRESS_NO_PORT, so that a later bind to
+// port 0 takes only the address and connect picks the port. A bind to port
+// 0 without it searches the ephemeral range for a port no other socket on
+// that address holds (TIME_WAIT ones included), under the bind hash locks:
+// one parity of the range first, so past about 14,000 sockets from one
+// address (the inbound proxy spoofing one busy client) every bind scans
+// thousands of ports, and past the whole range it fails with EADDRINUSE.
+// Worse, connect skips every port that a bind took while any socket holds
+// it, so those ports also starve unbound dials in the whole namespace
+// (BenchmarkDialSpoofedSource's unbound dials failed with EADDRNOTAVAIL).
+// connect instead needs only a free 4-tuple, and reuses loopback TIME_WAIT
+// ports under net.ipv4.tcp_tw_reuse's default.
+//
+// The option is set at SOL_IP on IPv6 sockets too: Linux has no IPv6
+// variant; ipv6_setsockopt hands SOL_IP options on non-raw sockets to the
+// IPv4 code, and __inet6_bind checks the same flag as __inet_bind
+// (net/ipv6/af_inet6.c, net/ipv4/af_inet.c; option added in Linux 4.2).
+// TestBindAddressNoPort checks both families. On an older kernel setting
+// it fails and bind picks the port as before, so the error is ignored.
+func setBindAddressNoPort(fd int) {
+	_ = unix.SetsockoptInt(fd, unix.SOL_IP, unix.IP_BIND_ADDRESS_NO_PORT, 1)
+}
+
+// setOptionsFD sets o on fd, an IPv6 socket if v6.
+func setOptionsFD(fd int, v6 bool, o Options) error {
+	if o.Transparent || o.RequireTransparent {
 		err := setTransparent(fd, v6)
-		if err != nil && (o.RequireTransparent || spoof) {
+		if err != nil && o.RequireTransparent {
 			return err
 		}
 	}
-	if o.Freebind || spoof {
+	if o.Freebind {
 		if err := setFreebind(fd, v6); err != nil {
 			return err
 		}
@@ -209,36 +270,57 @@ func TransparentEnabled(l net.Listener) bool {
 // IsLocal reports whether ip is a local address in the calling thread's
 // network namespace: assigned to an interface, or inside a local route such
 // as 127.0.0.0/8, so that a socket can bind it without IP_FREEBIND or
-// IP_TRANSPARENT. It asks the kernel directly, by binding a throwaway TCP
-// socket to ip (port 0), which is cheaper than listing interface addresses
-// and matches what bind(2) will do. Invalid, unspecified, multicast and
-// broadcast addresses are never local. (With the sysctl
-// net.ipv4.ip_nonlocal_bind=1 every address binds, and so is reported local.)
+// IP_TRANSPARENT. Invalid, unspecified, multicast and broadcast addresses
+// are never local. (With the sysctl net.ipv4.ip_nonlocal_bind=1 every
+// address binds, and so is reported local.)
+//
+// It asks the kernel directly, by binding a throwaway TCP socket to ip with
+// IP_BIND_ADDRESS_NO_PORT, which checks the address exactly as bind(2) will
+// and allocates no port, so its cost (four system calls, a few µs) does not
+// grow with the number of sockets using ip. Listing interface addresses
+// instead, or caching them, would be slower per call or stale, and would
+// have to be kept per network namespace, since in-pod mode calls this in
+// each pod's namespace.
 func IsLocal(ip netip.Addr) bool {
 	ip = ip.Unmap()
 	if !ip.IsValid() || ip.IsUnspecified() || ip.IsMulticast() || ip == netip.AddrFrom4([4]byte{255, 255, 255, 255}) {
 		return false
 	}
-	var sa unix.Sockaddr
 	family := unix.AF_INET
-	if ip.Is4() {
-		sa = &unix.SockaddrInet4{Addr: ip.As4()}
-	} else {
+	if ip.Is6() {
 		family = unix.AF_INET6
-		sa6 := &unix.SockaddrInet6{Addr: ip.As16()}
-		if zone := ip.Zone(); zone != "" {
-			ifi, err := net.InterfaceByName(zone)
-			if err != nil {
-				return false
-			}
-			sa6.ZoneId = uint32(ifi.Index)
-		}
-		sa = sa6
 	}
 	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return false
 	}
 	defer unix.Close(fd)
+	var sa unix.Sockaddr
+	if ip.Is4() {
+		sa = &unix.SockaddrInet4{Addr: ip.As4()}
+	} else {
+		sa6 := &unix.SockaddrInet6{Addr: ip.As16()}
+		if zone := ip.Zone(); zone != "" {
+			id, ok := zoneIndex(fd, zone)
+			if !ok {
+				return false
+			}
+			sa6.ZoneId = id
+		}
+		sa = sa6
+	}
+	setBindAddressNoPort(fd)
 	return unix.Bind(fd, sa) == nil
+}
+
+// zoneIndex returns the index of the interface an IPv6 zone names, asking
+// the kernel with SIOCGIFINDEX on fd (one ioctl, where net.InterfaceByName
+// dumps every interface over netlink). Like package net, it takes a zone
+// that names no interface as a decimal index.
+func zoneIndex(fd int, zone string) (uint32, bool) {
+	if ifr, err := unix.NewIfreq(zone); err == nil && unix.IoctlIfreq(fd, unix.SIOCGIFINDEX, ifr) == nil {
+		return ifr.Uint32(), true
+	}
+	n, err := strconv.ParseUint(zone, 10, 32)
+	return uint32(n), err == nil
 }

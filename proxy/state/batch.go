@@ -33,6 +33,22 @@ type Batch struct {
 	ownedMembers map[string]bool // members[key] maps created in this batch
 	fresh        map[string]bool // services[key] values created in this batch
 	dirty        map[string]bool // service keys whose endpoints or definition changed
+
+	// The policy indexes (nsPolicies, global) are brought up to date once,
+	// by flushPolicyIndex at commit (or Batch.Snapshot), so that a batch of
+	// n policy changes costs O(n log n) rather than a copy and sort of a
+	// namespace's list per change. Until then:
+	//   - nsAdded has an entry for each namespace whose list changed, holding
+	//     the Namespace-scoped policies inserted into it; globalDirty and
+	//     globalAdded are the same for the Global list;
+	//   - dropped holds every policy that has left the policies table during
+	//     the batch (removed or replaced) and not come back. A policy is
+	//     immutable once stored, so an indexed or added policy belongs in
+	//     its list exactly when it is not in dropped.
+	nsAdded     map[string][]*rbac.Policy
+	globalDirty bool
+	globalAdded []*rbac.Policy
+	dropped     map[*rbac.Policy]bool
 }
 
 func newBatch(base *Snapshot) *Batch {
@@ -45,6 +61,8 @@ func newBatch(base *Snapshot) *Batch {
 		ownedMembers: map[string]bool{},
 		fresh:        map[string]bool{},
 		dirty:        map[string]bool{},
+		nsAdded:      map[string][]*rbac.Policy{},
+		dropped:      map[*rbac.Policy]bool{},
 	}
 }
 
@@ -64,6 +82,7 @@ func (b *Batch) commit() *Snapshot {
 	for key := range b.dirty {
 		b.refreshService(key)
 	}
+	b.flushPolicyIndex()
 	b.next.gen = b.base.gen + 1
 	b.next.changes = Changes{
 		Reset:     b.reset,
@@ -88,6 +107,9 @@ func (b *Batch) Reset() {
 	clear(b.dirty)
 	clear(b.chWorkloads)
 	clear(b.chPolicies)
+	clear(b.nsAdded)
+	b.globalDirty, b.globalAdded = false, nil
+	clear(b.dropped)
 	b.reset = true
 	b.changed = true
 }
@@ -189,10 +211,12 @@ func (b *Batch) InsertPolicy(p *rbac.Policy) error {
 		b.ownPolicies = true
 	}
 	b.next.policies[key] = p
-	if old != nil {
-		b.unindexPolicy(old)
+	if old != p { // the same pointer again changes no index
+		if old != nil {
+			b.unindexPolicy(old)
+		}
+		b.indexPolicy(p)
 	}
-	b.indexPolicy(p)
 	b.chPolicies[key] = true
 	b.changed = true
 	return nil
@@ -228,8 +252,12 @@ func (b *Batch) Remove(name string) bool {
 // only (for example to look up the service a workload refers to). It is
 // valid only until the next change to the batch; endpoints of services
 // changed in this batch are brought up to date only when the batch commits.
+// It brings the policy indexes up to date, which copies each policy list
+// changed since the last call: calling it after every policy change makes a
+// batch quadratic again.
 func (b *Batch) Snapshot() *Snapshot {
 	b.checkOpen()
+	b.flushPolicyIndex()
 	return b.next
 }
 
@@ -571,36 +599,76 @@ func (b *Batch) reindexCIDRs(key string, old, s *Service) {
 
 // --- policies ---
 
+// indexPolicy records that p entered the policies table.
 func (b *Batch) indexPolicy(p *rbac.Policy) {
+	delete(b.dropped, p)
 	switch p.Scope {
 	case rbac.Namespace:
-		b.ownNSPolicyTable()
-		b.next.nsPolicies[p.Namespace] = insertSorted(b.next.nsPolicies[p.Namespace], p)
+		b.nsAdded[p.Namespace] = append(b.nsAdded[p.Namespace], p)
 	case rbac.Global:
-		b.next.global = insertSorted(b.next.global, p)
+		b.globalDirty = true
+		b.globalAdded = append(b.globalAdded, p)
 	}
 }
 
+// unindexPolicy records that p left the policies table.
 func (b *Batch) unindexPolicy(p *rbac.Policy) {
-	key := p.Key()
-	drop := func(l []*rbac.Policy) []*rbac.Policy {
-		return slices.DeleteFunc(slices.Clone(l), func(x *rbac.Policy) bool { return x.Key() == key })
-	}
+	b.dropped[p] = true
 	switch p.Scope {
 	case rbac.Namespace:
-		b.ownNSPolicyTable()
-		if l := drop(b.next.nsPolicies[p.Namespace]); len(l) > 0 {
-			b.next.nsPolicies[p.Namespace] = l
-		} else {
-			delete(b.next.nsPolicies, p.Namespace)
+		if _, ok := b.nsAdded[p.Namespace]; !ok {
+			b.nsAdded[p.Namespace] = nil
 		}
 	case rbac.Global:
-		if l := drop(b.next.global); len(l) > 0 {
-			b.next.global = l
+		b.globalDirty = true
+	}
+}
+
+// flushPolicyIndex rebuilds each policy list changed since the last flush,
+// once: O(m + a log a) for a list of m policies with a added.
+func (b *Batch) flushPolicyIndex() {
+	if len(b.nsAdded) > 0 {
+		b.ownNSPolicyTable()
+	}
+	for ns, added := range b.nsAdded {
+		if l := b.rebuildPolicyList(b.next.nsPolicies[ns], added); len(l) > 0 {
+			b.next.nsPolicies[ns] = l
 		} else {
-			b.next.global = nil
+			delete(b.next.nsPolicies, ns)
 		}
 	}
+	clear(b.nsAdded)
+	if b.globalDirty {
+		b.next.global = b.rebuildPolicyList(b.next.global, b.globalAdded)
+		b.globalDirty, b.globalAdded = false, nil
+	}
+}
+
+// rebuildPolicyList returns, in a new slice sorted by key (nil if empty),
+// the policies of cur and added that are still in the policies table. cur
+// is sorted and is not modified.
+func (b *Batch) rebuildPolicyList(cur, added []*rbac.Policy) []*rbac.Policy {
+	kept := make([]*rbac.Policy, 0, len(cur))
+	for _, p := range cur {
+		if !b.dropped[p] {
+			kept = append(kept, p)
+		}
+	}
+	var fresh []*rbac.Policy
+	for _, p := range added {
+		if !b.dropped[p] {
+			fresh = append(fresh, p)
+		}
+	}
+	// Two live entries with one key are the same policy: the table holds
+	// one per key.
+	slices.SortFunc(fresh, comparePolicies)
+	fresh = slices.Compact(fresh)
+	out := mergePolicies(kept, fresh)
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }
 
 func (b *Batch) ownNSPolicyTable() {
@@ -610,11 +678,23 @@ func (b *Batch) ownNSPolicyTable() {
 	}
 }
 
-// insertSorted returns a new slice holding l and p, sorted by key.
-func insertSorted(l []*rbac.Policy, p *rbac.Policy) []*rbac.Policy {
-	out := make([]*rbac.Policy, 0, len(l)+1)
-	out = append(out, l...)
-	out = append(out, p)
-	slices.SortFunc(out, comparePolicies)
-	return out
+// mergePolicies merges two lists sorted by key into a new one, keeping one
+// of two entries with the same key (the same policy, see rebuildPolicyList).
+func mergePolicies(x, y []*rbac.Policy) []*rbac.Policy {
+	if len(y) == 0 {
+		return x
+	}
+	out := make([]*rbac.Policy, 0, len(x)+len(y))
+	for len(x) > 0 && len(y) > 0 {
+		switch c := comparePolicies(x[0], y[0]); {
+		case c < 0:
+			out, x = append(out, x[0]), x[1:]
+		case c > 0:
+			out, y = append(out, y[0]), y[1:]
+		default:
+			out, x, y = append(out, x[0]), x[1:], y[1:]
+		}
+	}
+	out = append(out, x...)
+	return append(out, y...)
 }

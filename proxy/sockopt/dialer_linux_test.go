@@ -1,0 +1,172 @@
+package sockopt_test
+
+import (
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gozt/gozt/proxy/sockopt"
+)
+
+// withControl returns d with fn run on each socket after d's own Control.
+func withControl(d *net.Dialer, fn func(fd int) error) *net.Dialer {
+	orig := d.Control
+	d.Control = func(network, address string, rc syscall.RawConn) error {
+		if orig != nil {
+			if err := orig(network, address, rc); err != nil {
+				return err
+			}
+		}
+		var err error
+		if cerr := rc.Control(func(fd uintptr) { err = fn(int(fd)) }); cerr != nil {
+			return cerr
+		}
+		return err
+	}
+	return d
+}
+
+// TestDialerSetsBindAddressNoPort checks that a Dialer with a source
+// address sets IP_BIND_ADDRESS_NO_PORT on its IPv4 and IPv6 sockets before
+// the bind (so connect picks the port), and that the connection still
+// comes from that source.
+func TestDialerSetsBindAddressNoPort(t *testing.T) {
+	for _, tc := range []struct{ network, listen, src string }{
+		{"tcp4", "127.0.0.1:0", randomLoopback().String()},
+		{"tcp6", "[::1]:0", "::1"},
+	} {
+		t.Run(tc.network, func(t *testing.T) {
+			src := netip.MustParseAddr(tc.src)
+			noPort := -1
+			d := withControl(sockopt.Dialer(src, sockopt.Options{}), func(fd int) (err error) {
+				noPort, err = unix.GetsockoptInt(fd, unix.SOL_IP, unix.IP_BIND_ADDRESS_NO_PORT)
+				return err
+			})
+			_, s := loopbackConn(t, tc.network, tc.listen, d)
+			if noPort != 1 {
+				t.Errorf("IP_BIND_ADDRESS_NO_PORT on the dial socket = %d, want 1", noPort)
+			}
+			if got := s.RemoteAddr().(*net.TCPAddr).AddrPort().Addr(); got != src {
+				t.Errorf("server sees source %v, want %v", got, src)
+			}
+		})
+	}
+}
+
+// TestDialerSharesSourcePorts is the behaviour IP_BIND_ADDRESS_NO_PORT buys:
+// connections from one source address to different destinations may share
+// a source port, because connect needs only a unique 4-tuple, where a bind
+// to port 0 needs a port that nothing on the address holds. With the
+// socket's port range narrowed to 4 ports (IP_LOCAL_PORT_RANGE, Linux 6.3),
+// 8 open connections to 8 servers must all succeed; binding the port before
+// connect fails the fifth with EADDRINUSE.
+func TestDialerSharesSourcePorts(t *testing.T) {
+	const ports, servers = 4, 8
+	lo := 40000 + rand.IntN(10000)
+	portRange := uint32(lo) | uint32(lo+ports-1)<<16
+	src := randomLoopback()
+	d := withControl(sockopt.Dialer(src, sockopt.Options{}), func(fd int) error {
+		err := unix.SetsockoptInt(fd, unix.SOL_IP, unix.IP_LOCAL_PORT_RANGE, int(portRange))
+		if err != nil {
+			t.Skipf("IP_LOCAL_PORT_RANGE not supported: %v", err)
+		}
+		return nil
+	})
+	used := map[int]bool{}
+	for i := range servers {
+		ln, err := net.Listen("tcp4", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		c, err := d.Dial("tcp4", ln.Addr().String())
+		if err != nil {
+			t.Fatalf("dial %d of %d from %v with %d source ports: %v", i+1, servers, src, ports, err)
+		}
+		defer c.Close()
+		la := c.LocalAddr().(*net.TCPAddr)
+		if la.Port < lo || la.Port >= lo+ports {
+			t.Skipf("source port %d outside the socket's range %d-%d: IP_LOCAL_PORT_RANGE not honoured", la.Port, lo, lo+ports-1)
+		}
+		if got := la.AddrPort().Addr(); got != src {
+			t.Errorf("connection %d comes from %v, want %v", i, got, src)
+		}
+		used[la.Port] = true
+	}
+	if len(used) > ports {
+		t.Errorf("used %d source ports, more than the %d in range", len(used), ports)
+	}
+	t.Logf("%d connections from %v used source ports %v", servers, src, used)
+}
+
+// sourceOpts are the options a dial socket had after Control.
+type sourceOpts struct{ transparent, freebind, noPort int }
+
+// recordSourceOptions returns d with its sockets' options recorded in *got.
+func recordSourceOptions(d *net.Dialer, v6 bool, got *sourceOpts) *net.Dialer {
+	return withControl(d, func(fd int) (err error) {
+		level, tOpt, fOpt := unix.SOL_IP, unix.IP_TRANSPARENT, unix.IP_FREEBIND
+		if v6 {
+			level, tOpt, fOpt = unix.SOL_IPV6, unix.IPV6_TRANSPARENT, unix.IPV6_FREEBIND
+		}
+		if got.transparent, err = unix.GetsockoptInt(fd, level, tOpt); err != nil {
+			return err
+		}
+		if got.freebind, err = unix.GetsockoptInt(fd, level, fOpt); err != nil {
+			return err
+		}
+		got.noPort, err = unix.GetsockoptInt(fd, unix.SOL_IP, unix.IP_BIND_ADDRESS_NO_PORT)
+		return err
+	})
+}
+
+// TestDialerSourceOptions checks the options on a source-binding dial
+// socket for a local source: with CAP_NET_ADMIN, IP_TRANSPARENT and
+// IP_FREEBIND as SPEC §2.5 puts on every source-preserving socket (so no
+// locality check is needed); without it, none of them, and the dial still
+// binds the local source. IP_BIND_ADDRESS_NO_PORT is set either way.
+func TestDialerSourceOptions(t *testing.T) {
+	for _, tc := range []struct{ network, listen, src string }{
+		{"tcp4", "127.0.0.1:0", randomLoopback().String()},
+		{"tcp6", "[::1]:0", "::1"},
+	} {
+		src := netip.MustParseAddr(tc.src)
+		v6 := tc.network == "tcp6"
+		t.Run(tc.network+"/privileged", func(t *testing.T) {
+			requireRoot(t)
+			var got sourceOpts
+			_, s := loopbackConn(t, tc.network, tc.listen, recordSourceOptions(sockopt.Dialer(src, sockopt.Options{}), v6, &got))
+			if want := (sourceOpts{1, 1, 1}); got != want {
+				t.Errorf("dial socket options (transparent, freebind, no-port) = %v, want %v", got, want)
+			}
+			if a := s.RemoteAddr().(*net.TCPAddr).AddrPort().Addr(); a != src {
+				t.Errorf("server sees source %v, want %v", a, src)
+			}
+		})
+		t.Run(tc.network+"/unprivileged", func(t *testing.T) {
+			ln, err := net.Listen(tc.network, tc.listen)
+			if err != nil {
+				t.Skipf("cannot listen on %s: %v", tc.listen, err)
+			}
+			defer ln.Close()
+			var got sourceOpts
+			d := recordSourceOptions(sockopt.Dialer(src, sockopt.Options{}), v6, &got)
+			var c net.Conn
+			withoutNetAdmin(t, func() { c, err = d.Dial(tc.network, ln.Addr().String()) })
+			if err != nil {
+				t.Fatalf("dial from local %v without CAP_NET_ADMIN: %v", src, err)
+			}
+			defer c.Close()
+			if want := (sourceOpts{0, 0, 1}); got != want {
+				t.Errorf("dial socket options (transparent, freebind, no-port) = %v, want %v", got, want)
+			}
+			if a := c.LocalAddr().(*net.TCPAddr).AddrPort().Addr(); a != src {
+				t.Errorf("connection comes from %v, want %v", a, src)
+			}
+		})
+	}
+}
