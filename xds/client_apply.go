@@ -48,8 +48,12 @@ func (c *Client) handleResponse(resp *discoveryv3.DeltaDiscoveryResponse) (req *
 		c.log.Warn("xds NACK", "type", typeURL, "nonce", resp.GetNonce(), "error", msg)
 		return req, false
 	}
-	good, rejects := decodeResources(resp)
-	rejects = c.apply(typeURL, held, good, resp.GetRemovedResources(), rejects)
+	var good []decoded
+	var rejects []rejection
+	runLowPriority(func() {
+		good, rejects = decodeResources(resp)
+		rejects = c.apply(typeURL, held, good, resp.GetRemovedResources(), rejects)
+	})
 	c.log.Debug("xds response applied", "type", typeURL, "nonce", resp.GetNonce(),
 		"resources", len(resp.GetResources()), "removed", len(resp.GetRemovedResources()), "rejected", len(rejects))
 	if len(rejects) == 0 {
