@@ -73,7 +73,8 @@ type inboundRequest struct {
 	authority authority
 	upstream  netip.AddrPort // local pod IP and resolved target port
 	service   *state.Service
-	authz     rbac.Conn // what authorization saw, for live re-checks
+	authz     rbac.Conn       // what authorization saw, for live re-checks
+	snap      *state.Snapshot // the snapshot authorization used
 }
 
 // serveConnect handles one CONNECT stream (SPEC §2.4, steps in order).
@@ -123,7 +124,7 @@ func (p *Proxy) serveConnect(s *hbone.ServerStream) {
 		rec.close(0, 0, err)
 		return
 	}
-	done := p.watchPolicy(req.local.UID, req.authz, connmgr.InboundHBONE, rec, s, up)
+	done := p.watchPolicy(connmgr.Info{WorkloadUID: req.local.UID, Conn: req.authz, Inbound: connmgr.InboundHBONE, Checked: req.snap}, rec, s, up)
 	res, err := relay.Copy(s, up)
 	up.Close()
 	rec.close(res.AToB, res.BToA, done(err))
@@ -182,6 +183,7 @@ func (p *Proxy) checkConnect(s *hbone.ServerStream) (inboundRequest, *inboundErr
 	}
 	req.upstream = netip.AddrPortFrom(req.l3dst.Addr(), port)
 	req.authz = rbac.Conn{Src: req.src, Dst: req.upstream, Identity: req.srcID}
+	req.snap = snap
 	if err := authorize(snap, req.local, req.authz); err != nil {
 		return req, &inboundError{http.StatusUnauthorized, flagDeny, err}
 	}

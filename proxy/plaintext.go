@@ -43,7 +43,7 @@ func (p *Proxy) handlePlaintext(c net.Conn) {
 		rec.close(0, 0, err)
 		return
 	}
-	done := p.watchPolicy(local.UID, authz, connmgr.InboundTCP, rec, c, up)
+	done := p.watchPolicy(connmgr.Info{WorkloadUID: local.UID, Conn: authz, Inbound: connmgr.InboundTCP, Checked: snap}, rec, c, up)
 	res, err := relay.Copy(c, up)
 	up.Close()
 	rec.close(res.AToB, res.BToA, done(err))

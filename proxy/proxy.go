@@ -25,7 +25,6 @@ import (
 	"github.com/gozt/gozt/proxy/connmgr"
 	"github.com/gozt/gozt/proxy/sockopt"
 	"github.com/gozt/gozt/proxy/state"
-	"github.com/gozt/gozt/rbac"
 )
 
 // The fixed ports of a workload's listeners (SPEC §1.1).
@@ -386,12 +385,12 @@ func (p *Proxy) UID() string { return p.cfg.WorkloadUID }
 // manager. When a policy change denies it, both legs are closed and the
 // connection is recorded with flag DENY. The returned func unregisters and
 // turns the copy's error into the close reason.
-func (p *Proxy) watchPolicy(uid string, c rbac.Conn, kind string, rec *connRecord, legs ...net.Conn) func(error) error {
+func (p *Proxy) watchPolicy(info connmgr.Info, rec *connRecord, legs ...net.Conn) func(error) error {
 	if p.cfg.ConnMgr == nil {
 		return func(err error) error { return err }
 	}
 	var closed atomic.Pointer[error]
-	unregister := p.cfg.ConnMgr.Register(connmgr.Info{WorkloadUID: uid, Conn: c, Inbound: kind}, func(err error) {
+	unregister := p.cfg.ConnMgr.Register(info, func(err error) {
 		closed.Store(&err)
 		for _, l := range legs {
 			l.Close()

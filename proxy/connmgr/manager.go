@@ -36,6 +36,10 @@ type Info struct {
 	Conn rbac.Conn
 	// Inbound is InboundHBONE or InboundTCP (plaintext), for listing.
 	Inbound string
+	// Checked, if non-nil, is the snapshot the caller has just authorized
+	// the connection against: Register skips re-evaluating it when it is
+	// still the newest. Register does not keep it.
+	Checked *state.Snapshot
 }
 
 // Config configures a Manager.
@@ -107,6 +111,8 @@ func New(cfg Config) *Manager {
 // tracking it; it is idempotent and safe to call from any goroutine,
 // including from close.
 func (m *Manager) Register(info Info, close func(error)) (unregister func()) {
+	checked := info.Checked
+	info.Checked = nil // never pin an old snapshot for the connection's life
 	e := &entry{info: info, close: close}
 	m.mu.Lock()
 	set := m.byWorkload[info.WorkloadUID]
@@ -120,9 +126,10 @@ func (m *Manager) Register(info Info, close func(error)) (unregister func()) {
 
 	// The entry is visible to every pass that starts from now on. A pass for
 	// a snapshot notified before this point may already have listed the
-	// entries without it, so check the newest snapshot here; if it denies,
-	// ask for a pass (which closes the connection from Run's goroutine).
-	if snap := m.latest.Load(); snap != nil {
+	// entries without it, so check the newest snapshot here (unless it is the
+	// one the caller authorized against); if it denies, ask for a pass
+	// (which closes the connection from Run's goroutine).
+	if snap := m.latest.Load(); snap != nil && snap != checked {
 		if d := decide(snap, &e.info); !d.Allow {
 			m.recheckAll.Store(true)
 			m.signal()

@@ -371,6 +371,18 @@ func TestRegisterAfterDenyIsClosed(t *testing.T) {
 	allowed.echo(t, 1)
 }
 
+// Checked names the snapshot the caller authorized against: a stale one
+// does not spare the connection a check against the newest.
+func TestRegisterWithStaleCheckedIsClosed(t *testing.T) {
+	h := newHarness(t, true)
+	stale := h.st.Snapshot()
+	h.insertPolicy(principalPolicy("deny-b", rbac.Deny, "b"))
+	h.waitChecked()
+	in := info(serverUID, "b", 1)
+	in.Checked = stale
+	h.register(in).waitClosed(t)
+}
+
 func TestNotifyBurstCoalesced(t *testing.T) {
 	h := newHarness(t, false) // Run not started: Notify must not block
 	conns := map[string]*tracked{}
