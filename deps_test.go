@@ -33,7 +33,7 @@ var allowed = map[string][]string{
 		"proxy/inpod", "hbone", "rbac", "certs", "certs/identity"},
 	"bench": {"proxy", "proxy/state", "proxy/relay", "proxy/sockopt", "hbone", "rbac",
 		"certs", "certs/identity", "certs/localca", "xds", "xds/xdstest"},
-	"tools":                     {},
+	"tools": {},
 }
 
 // stdlibOnly packages may import nothing outside the standard library, except
