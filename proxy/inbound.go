@@ -74,7 +74,7 @@ type inboundRequest struct {
 	upstream  netip.AddrPort // local pod IP and resolved target port
 	service   *state.Service
 	authz     rbac.Conn       // what authorization saw, for live re-checks
-	snap      *state.Snapshot // the snapshot authorization used
+	snap      *state.Snapshot // the snapshot every check used, or nil before it was taken
 }
 
 // serveConnect handles one CONNECT stream (SPEC §2.4, steps in order).
@@ -84,16 +84,20 @@ func (p *Proxy) serveConnect(s *hbone.ServerStream) {
 	defer s.Close()
 	start := time.Now()
 	req, ierr := p.checkConnect(s)
+	snap := req.snap
+	if snap == nil {
+		snap = p.cfg.Store.Snapshot()
+	}
 	labels := trafficLabels{reporter: "destination", responseFlags: flagNone, securityPolicy: securityMutualTLS}
 	if req.local != nil {
 		labels.setDestination(req.local)
 	}
 	labels.srcPrincipal = principal(req.srcID)
-	if src := p.cfg.Store.Snapshot().WorkloadByIP(p.cfg.Network, req.src.Addr()); src != nil {
+	if src := snap.WorkloadByIP(p.cfg.Network, req.src.Addr()); src != nil {
 		labels.setSource(src)
 	}
 	if req.service == nil && req.local != nil {
-		req.service = guessService(p.cfg.Store.Snapshot(), req.local, forwardedHost(s.Header().Get(headerForwarded)), req.upstream.Port())
+		req.service = guessService(snap, req.local, forwardedHost(s.Header().Get(headerForwarded)), req.upstream.Port())
 	}
 	labels.setService(req.service)
 	var up net.Conn
@@ -150,6 +154,7 @@ func (p *Proxy) checkConnect(s *hbone.ServerStream) (inboundRequest, *inboundErr
 	}
 	req.authority = auth
 	snap := p.cfg.Store.Snapshot()
+	req.snap = snap
 	req.local = p.localWorkload(snap)
 	if req.local == nil {
 		return req, unavailable(errNoLocalWorkload)
@@ -183,7 +188,6 @@ func (p *Proxy) checkConnect(s *hbone.ServerStream) (inboundRequest, *inboundErr
 	}
 	req.upstream = netip.AddrPortFrom(req.l3dst.Addr(), port)
 	req.authz = rbac.Conn{Src: req.src, Dst: req.upstream, Identity: req.srcID}
-	req.snap = snap
 	if err := authorize(snap, req.local, req.authz); err != nil {
 		return req, &inboundError{http.StatusUnauthorized, flagDeny, err}
 	}
