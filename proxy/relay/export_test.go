@@ -9,6 +9,7 @@ var (
 	PutBuffer  = putBuffer
 	IsBenign   = isBenign
 	WriteFull  = writeFull
+	ResetAtEOF = resetAtEOF
 )
 
 const (

@@ -15,6 +15,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -253,13 +254,25 @@ type pushConn struct {
 	pushed atomic.Bool
 	tries  atomic.Int64 // TryWrite calls
 	writes atomic.Int64 // Write calls
+
+	// shut is set as CloseWrite starts, so that an EOF read after our own
+	// shutdown (the socket may then be CLOSED) is not taken for a reset.
+	shut atomic.Bool
 }
 
 func newPushConn(c *net.TCPConn, seed uint64) *pushConn {
 	return &pushConn{Conn: c, tcp: c, rng: mrand.New(mrand.NewPCG(seed, 3))}
 }
 
-func (c *pushConn) CloseWrite() error { return c.tcp.CloseWrite() }
+func (c *pushConn) CloseWrite() error {
+	c.shut.Store(true)
+	return c.tcp.CloseWrite()
+}
+
+// errPushReset is what a pushConn reports when its socket was reset but its
+// read saw EOF: an HBONE stream reports a peer's reset to its reader however
+// its writes went.
+var errPushReset = fmt.Errorf("push: EOF on a reset socket: %w", syscall.ECONNRESET)
 
 func (c *pushConn) PushTo(w io.Writer, done func(error)) error {
 	tw, ok := w.(interface{ TryWrite([]byte) (int, error) })
@@ -293,6 +306,18 @@ func (c *pushConn) push(w io.Writer, tw interface{ TryWrite([]byte) (int, error)
 			}
 		}
 		if err == io.EOF {
+			// Linux reports a reset to one system call only, and the
+			// relay's opposite direction writes to this socket: its
+			// write may take the ECONNRESET and leave this read an EOF.
+			// An HBONE stream, which this stands for, reports a reset
+			// to its reader whatever its writes saw, so check the
+			// socket like the relay checks a TCP source. shut is loaded
+			// again after the look: if our own FIN closed the socket,
+			// the shutdown began after shut was set.
+			if !c.shut.Load() && relay.ResetAtEOF(c.tcp) && !c.shut.Load() {
+				done(errPushReset)
+				return
+			}
 			done(nil)
 			return
 		}

@@ -239,8 +239,9 @@ type half struct {
 	name     string        // "a to b" or "b to a", for errors
 	other    *half         // the opposite direction, which writes to src
 
-	// dstShut is set once dst's write side has been shut down. The
-	// opposite direction reads it when its source (this dst) reads EOF.
+	// dstShut is set when dst's write side is being shut down (just
+	// before the shutdown). The opposite direction reads it when its
+	// source (this dst) reads EOF.
 	dstShut atomic.Bool
 
 	n          int64 // bytes written to dst
@@ -286,7 +287,11 @@ func (h *half) spliceable() bool {
 //
 //go:noinline
 func (h *half) end(err error) {
-	if err == nil && !h.other.dstShut.Load() && resetAtEOF(h.src) {
+	// dstShut is loaded again after the look at the socket: if the
+	// opposite direction's own shutdown is what left the socket CLOSED, it
+	// set dstShut before shutting down, so the second load sees it.
+	shut := &h.other.dstShut
+	if err == nil && !shut.Load() && resetAtEOF(h.src) && !shut.Load() {
 		err = errResetAtEOF
 	}
 	if err == nil {
@@ -309,10 +314,12 @@ func (h *half) closeWrite() error {
 		h.closeAtEnd = true
 		return nil
 	}
+	// Set before the shutdown, not after: the opposite direction's end
+	// must not see the socket closed by it without seeing dstShut.
+	h.dstShut.Store(true)
 	if err := cw.CloseWrite(); err != nil {
 		return fmt.Errorf("close write: %w", err)
 	}
-	h.dstShut.Store(true)
 	return nil
 }
 
