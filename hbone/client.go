@@ -271,7 +271,7 @@ func (c *conn) clientHeaders(id uint32, end bool) error {
 		return nil // interim response
 	}
 	s.status = status
-	s.hdr = h.header()
+	s.fields = h.fieldList()
 	s.flags |= fResponded
 	if status == http.StatusOK {
 		s.flags |= fAccepted
@@ -309,8 +309,9 @@ type ClientStream struct {
 var _ net.Conn = (*ClientStream)(nil)
 
 // ResponseHeader returns the regular fields of the 200 response, with
-// canonical keys. The caller must not modify it.
-func (s *ClientStream) ResponseHeader() http.Header { return s.hdr }
+// canonical keys. Each call builds a new map: the stream keeps the fields in a
+// more compact form.
+func (s *ClientStream) ResponseHeader() http.Header { return headerOf(s.fields) }
 
 // isUsable reports whether the connection may take new streams at all.
 func (c *conn) isUsable() bool {

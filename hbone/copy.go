@@ -37,6 +37,9 @@ func (s *stream) WriteTo(w io.Writer) (int64, error) {
 func (s *stream) takeChunk() (chunk, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.push != nil {
+		return chunk{}, errPushing
+	}
 	for s.buf.Len() == 0 {
 		if s.flags&fClosed != 0 {
 			return chunk{}, net.ErrClosed
@@ -52,14 +55,7 @@ func (s *stream) takeChunk() (chunk, error) {
 		<-ch
 		s.mu.Lock()
 	}
-	c := s.buf.chunks[0]
-	s.buf.chunks[0] = chunk{}
-	s.buf.chunks = s.buf.chunks[1:]
-	if len(s.buf.chunks) == 0 {
-		s.buf.chunks = nil
-	}
-	s.buf.size -= c.w - c.r
-	return c, nil
+	return s.buf.popChunk(), nil
 }
 
 // Copy buffer size classes for ReadFrom, grown with the flow like ztunnel's

@@ -107,6 +107,27 @@ func (d *dataBuffer) Read(p []byte) int {
 	return n
 }
 
+// popChunk detaches the first chunk (the buffer must not be empty); its
+// unread bytes no longer count in Len.
+func (d *dataBuffer) popChunk() chunk {
+	c := d.chunks[0]
+	d.chunks[0] = chunk{}
+	d.chunks = d.chunks[1:]
+	if len(d.chunks) == 0 {
+		d.chunks = nil
+	}
+	d.size -= c.w - c.r
+	return c
+}
+
+// pushFront puts back a chunk detached by popChunk, ahead of the others.
+func (d *dataBuffer) pushFront(c chunk) {
+	d.chunks = append(d.chunks, chunk{})
+	copy(d.chunks[1:], d.chunks)
+	d.chunks[0] = c
+	d.size += c.w - c.r
+}
+
 func (d *dataBuffer) popFront() {
 	putChunk(d.chunks[0].b)
 	d.chunks[0] = chunk{}

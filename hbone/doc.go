@@ -59,7 +59,11 @@
 // Streams also implement io.WriterTo (received chunks go straight to the
 // destination, credit returned once written) and io.ReaderFrom (buffers
 // grow with the flow, 1 KiB to 256 KiB), so io.Copy in either direction
-// avoids an extra copy. Under TLS, wrapping the TCP connection in a
+// avoids an extra copy. PushTo goes further for a relay: received bytes are
+// written to the destination by the connection's reader itself, with one
+// non-blocking attempt (the destination's TryWrite), the rest by a
+// short-lived drainer goroutine, so an idle pushed stream has no goroutine
+// and no buffer. Under TLS, wrapping the TCP connection in a
 // [BatchConn] before the handshake lets a flush write several TLS records in
 // one system call.
 //

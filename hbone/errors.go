@@ -61,6 +61,7 @@ var (
 	errMalformed      = errors.New("hbone: malformed response")
 	errInvalidHeader  = errors.New("hbone: invalid header field")
 	errShutdown       = errors.New("hbone: connection shut down")
+	errPushing        = errors.New("hbone: stream bytes are pushed (PushTo)")
 )
 
 // connError is a connection error (RFC 9113 §5.4.1): the connection ends

@@ -146,12 +146,27 @@ func (h *headerBlock) emitPseudo(f hpack.HeaderField) {
 	*dst = f.Value
 }
 
-// header returns the regular fields as an http.Header with canonical keys.
-func (h *headerBlock) header() http.Header {
-	hdr := make(http.Header, len(h.fields))
+// fieldList returns the regular fields as name, value pairs: the compact
+// form a stream keeps for its whole life (an http.Header map costs several
+// times as much), or nil when there are none.
+func (h *headerBlock) fieldList() []string {
+	if len(h.fields) == 0 {
+		return nil
+	}
+	l := make([]string, 0, 2*len(h.fields))
 	for _, f := range h.fields {
-		k := http.CanonicalHeaderKey(f.Name)
-		hdr[k] = append(hdr[k], f.Value)
+		l = append(l, f.Name, f.Value)
+	}
+	return l
+}
+
+// headerOf builds an http.Header with canonical keys from name, value pairs
+// made by fieldList.
+func headerOf(l []string) http.Header {
+	hdr := make(http.Header, len(l)/2)
+	for i := 0; i+1 < len(l); i += 2 {
+		k := http.CanonicalHeaderKey(l[i])
+		hdr[k] = append(hdr[k], l[i+1])
 	}
 	return hdr
 }

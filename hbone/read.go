@@ -331,8 +331,12 @@ func (c *conn) deliver(s *stream, length, data int64, end bool) {
 	inc := c.connCreditLocked()
 	c.mu.Unlock()
 	s.wakeLocked()
+	push := s.pushReadyLocked()
 	s.mu.Unlock()
 	c.sendConnCredit(inc)
+	if push {
+		s.pushOut(false)
+	}
 	if end {
 		c.streamUpdate(s)
 	}

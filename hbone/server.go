@@ -245,7 +245,7 @@ func (c *conn) openServerStream(id uint32, end bool) {
 	ss := &ServerStream{method: h.pseudo.method, authority: h.pseudo.authority}
 	s := &ss.stream
 	s.init(c, id)
-	s.hdr = h.header()
+	s.fields = h.fieldList()
 	if end {
 		s.flags |= fRemoteEnded
 		s.rerr = io.EOF
@@ -300,8 +300,9 @@ func (s *ServerStream) Method() string { return s.method }
 func (s *ServerStream) Authority() string { return s.authority }
 
 // Header returns the request's regular header fields with canonical keys.
-// The caller must not modify it.
-func (s *ServerStream) Header() http.Header { return s.hdr }
+// Each call builds a new map: the stream keeps the fields in a more compact
+// form.
+func (s *ServerStream) Header() http.Header { return headerOf(s.fields) }
 
 // Conn returns the connection the stream arrived on: its LocalAddr is the
 // address the client dialed, RemoteAddr the peer; a *tls.Conn carries the
@@ -424,4 +425,17 @@ func (s *ServerStream) ReadFrom(r io.Reader) (int64, error) {
 		return 0, errNotResponded
 	}
 	return s.stream.ReadFrom(r)
+}
+
+// PushTo hands the stream's received bytes to w, to be written as they
+// arrive until the read side ends, then calls done (see the stream's PushTo,
+// promoted to ClientStream). It fails before Respond.
+func (s *ServerStream) PushTo(w io.Writer, done func(error)) error {
+	s.mu.Lock()
+	answered := s.flags&fResponded != 0
+	s.mu.Unlock()
+	if !answered {
+		return errNotResponded
+	}
+	return s.stream.PushTo(w, done)
 }

@@ -3,7 +3,6 @@ package hbone
 import (
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"sync"
 	"time"
@@ -35,6 +34,8 @@ const (
 //     only that much before we return credit, which happens as the
 //     application reads.
 //   - Only the read loop appends to buf; only application goroutines read it.
+//     After PushTo, the goroutine that owns delivery (pushState.busy) takes
+//     from buf instead, and puts back in front what a write did not take.
 //   - Writes are serialized by wlock, so the stream's bytes keep their order
 //     and only one goroutine spends sendWin.
 //   - No goroutine, channel or timer exists for an idle stream: wake is made
@@ -56,8 +57,9 @@ type stream struct {
 	sendWin int64
 	wake    chan struct{} // closed on any state change while someone waits
 	dl      *deadlines
-	hdr     http.Header // server: request header; client: response header
-	status  int         // client: response status
+	fields  []string   // set once: server: request fields; client: response fields (see fieldList)
+	status  int        // client: response status
+	push    *pushState // set once by PushTo, or nil
 }
 
 // deadlines holds a stream's read and write deadlines.
@@ -97,6 +99,10 @@ func (s *stream) waitChanLocked() <-chan struct{} {
 // NO_ERROR or CANCEL) it returns io.EOF once the buffered bytes are read.
 func (s *stream) Read(p []byte) (int, error) {
 	s.mu.Lock()
+	if s.push != nil {
+		s.mu.Unlock()
+		return 0, errPushing
+	}
 	for s.buf.Len() == 0 {
 		if s.flags&fClosed != 0 {
 			s.mu.Unlock()
@@ -301,7 +307,11 @@ func (s *stream) Close() error {
 	if rst {
 		s.c.queueCtrl(ctrlFrame{kind: ctrlRST, stream: s.id, code: http2.ErrCodeCancel})
 	}
+	run := s.pushReadyLocked()
 	s.mu.Unlock()
+	if run {
+		s.pushOut(false)
+	}
 	s.c.streamUpdate(s)
 	return nil
 }
@@ -332,8 +342,12 @@ func (s *stream) resetLocal(code http2.ErrCode) {
 		s.werr = err
 	}
 	s.wakeLocked()
+	run := s.pushReadyLocked()
 	s.mu.Unlock()
 	s.c.queueCtrl(ctrlFrame{kind: ctrlRST, stream: s.id, code: code})
+	if run {
+		s.pushOut(false)
+	}
 	s.c.streamUpdate(s)
 }
 
@@ -354,7 +368,11 @@ func (s *stream) resetRemote(code http2.ErrCode) {
 		s.werr = err
 	}
 	s.wakeLocked()
+	run := s.pushReadyLocked()
 	s.mu.Unlock()
+	if run {
+		s.pushOut(false)
+	}
 	s.c.streamUpdate(s)
 }
 
@@ -369,7 +387,11 @@ func (s *stream) connFailed() {
 	}
 	s.flags |= fRemoved | fReleased
 	s.wakeLocked()
+	run := s.pushReadyLocked()
 	s.mu.Unlock()
+	if run {
+		s.pushOut(false)
+	}
 }
 
 // LocalAddr returns the local address of the underlying connection.
@@ -459,7 +481,11 @@ func (s *stream) refuse() {
 		s.werr = ErrRefused
 	}
 	s.wakeLocked()
+	run := s.pushReadyLocked()
 	s.mu.Unlock()
+	if run {
+		s.pushOut(false)
+	}
 	s.c.streamUpdate(s)
 }
 

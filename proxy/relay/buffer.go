@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"sync"
 )
 
@@ -75,29 +76,61 @@ func putBuffer(b []byte) {
 
 // copyBuffered copies h.src to h.dst through pooled buffers that grow with
 // the bytes moved. It returns nil when h.src reaches EOF.
+//
+// A *net.TCPConn source is first waited on until it is readable (see
+// newReadWaiter), so an idle direction holds no buffer; the wait is skipped
+// while reads fill the buffer, since more bytes are then likely queued. Other
+// sources are read with a buffer in hand.
 func (h *half) copyBuffered() error {
-	buf := getBuffer(bufferSize(0))
-	defer func() { putBuffer(buf) }()
+	var w *readWaiter
+	if tcp, ok := h.src.(*net.TCPConn); ok {
+		w = newReadWaiter(tcp)
+	}
+	full := false
 	for {
-		nr, rerr := h.src.Read(buf)
-		if nr > 0 {
-			nw, werr := writeFull(h.dst, buf[:nr])
-			h.add(int64(nw))
-			if werr != nil {
-				return fmt.Errorf("write: %w", werr)
-			}
-			if size := bufferSize(h.n); size != len(buf) {
-				putBuffer(buf)
-				buf = getBuffer(size)
+		if w != nil && !full {
+			if err := w.wait(); err != nil {
+				return readError(err)
 			}
 		}
-		if rerr == io.EOF {
-			return nil
-		}
-		if rerr != nil {
-			return fmt.Errorf("read: %w", rerr)
+		var err error
+		if full, err = h.copyChunk(); err != nil {
+			if err == io.EOF {
+				return nil
+			}
+			return err
 		}
 	}
+}
+
+// copyChunk makes one read from h.src into a pooled buffer of the current
+// size class and writes what it got to h.dst. It reports whether the read
+// filled the buffer, and returns io.EOF as it is and other errors wrapped
+// with the operation.
+//
+//go:noinline
+func (h *half) copyChunk() (full bool, err error) {
+	buf := getBuffer(bufferSize(h.n))
+	defer putBuffer(buf)
+	nr, rerr := h.src.Read(buf)
+	if nr > 0 {
+		nw, werr := writeFull(h.dst, buf[:nr])
+		h.add(int64(nw))
+		if werr != nil {
+			return false, fmt.Errorf("write: %w", werr)
+		}
+	}
+	if rerr != nil && rerr != io.EOF {
+		return false, readError(rerr)
+	}
+	return nr == len(buf), rerr
+}
+
+// readError wraps a read failure with the operation.
+//
+//go:noinline
+func readError(err error) error {
+	return fmt.Errorf("read: %w", err)
 }
 
 // errInvalidWrite means a Write reported more bytes than it was given.

@@ -15,6 +15,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -61,10 +62,11 @@ const (
 	legOpaque                // a wrapper hiding the TCPConn: buffered path
 	legChaos                 // chaosConn: buffered path with short reads/writes and delays
 	legTLS                   // TLS over the TCPConn
+	legPush                  // pushConn: a source that pushes, like an HBONE stream
 )
 
 func (k legKind) String() string {
-	return [...]string{"tcp", "opaque", "chaos", "tls"}[k]
+	return [...]string{"tcp", "opaque", "chaos", "tls", "push"}[k]
 }
 
 // relayed is client ⇄ [a relay b] ⇄ server over loopback TCP, with the relay
@@ -91,6 +93,19 @@ type copyOutcome struct {
 // cleanup closes every conn and waits for the copy, so no goroutine outlives
 // the test.
 func startRelay(t testing.TB, ka, kb legKind) *relayed {
+	return startRelayVia(t, ka, kb, viaCopy)
+}
+
+// via says which entry point runs a test relay.
+type via int
+
+const (
+	viaCopy  via = iota // relay.CopyWithCounters on a goroutine of the test
+	viaStart            // relay.Start
+)
+
+// startRelayVia is startRelay with the entry point chosen.
+func startRelayVia(t testing.TB, ka, kb legKind, v via) *relayed {
 	t.Helper()
 	r := &relayed{done: make(chan copyOutcome, 1)}
 	var aTCP, bTCP *net.TCPConn
@@ -98,10 +113,16 @@ func startRelay(t testing.TB, ka, kb legKind) *relayed {
 	bTCP, r.serverTCP = tcpConnPair(t)
 	r.client, r.a = makeLegs(t, r.clientTCP, aTCP, ka, false, 1)
 	r.server, r.b = makeLegs(t, bTCP, r.serverTCP, kb, true, 2)
-	go func() {
-		res, err := relay.CopyWithCounters(r.a, r.b, &r.aToB, &r.bToA)
-		r.done <- copyOutcome{res, err}
-	}()
+	if v == viaStart {
+		relay.Start(r.a, r.b, &r.aToB, &r.bToA, func(res relay.Result, err error) {
+			r.done <- copyOutcome{res, err}
+		})
+	} else {
+		go func() {
+			res, err := relay.CopyWithCounters(r.a, r.b, &r.aToB, &r.bToA)
+			r.done <- copyOutcome{res, err}
+		}()
+	}
 	t.Cleanup(func() {
 		for _, c := range []net.Conn{r.client, r.server, r.a, r.b} {
 			c.Close()
@@ -134,6 +155,12 @@ func makeLegs(t testing.TB, dialed, accepted *net.TCPConn, k legKind, legIsDiale
 		}
 	case legTLS:
 		d, a = tlsPair(t, dialed, accepted)
+	case legPush:
+		if legIsDialed {
+			d = newPushConn(dialed, seed)
+		} else {
+			a = newPushConn(accepted, seed)
+		}
 	}
 	if legIsDialed {
 		return a, d
@@ -211,6 +238,109 @@ func (c *chaosConn) CloseWrite() error { return c.tcp.CloseWrite() }
 func chaosDelay(r *mrand.Rand) {
 	if r.IntN(64) == 0 {
 		time.Sleep(time.Duration(r.IntN(300)) * time.Microsecond)
+	}
+}
+
+// pushConn is a relay leg that pushes its bytes the way an HBONE stream does
+// (hbone's PushTo): once the relay calls PushTo, a goroutine of its own reads
+// the socket in random pieces and offers each to the destination's TryWrite
+// (most of the time) and what that did not take to Write, then reports the
+// end through done. Before PushTo it is a plain conn (Read works), so when
+// the relay cannot use the push it falls back to reading it.
+type pushConn struct {
+	net.Conn
+	tcp    *net.TCPConn
+	rng    *mrand.Rand
+	pushed atomic.Bool
+	tries  atomic.Int64 // TryWrite calls
+	writes atomic.Int64 // Write calls
+
+	// shut is set as CloseWrite starts, so that an EOF read after our own
+	// shutdown (the socket may then be CLOSED) is not taken for a reset.
+	shut atomic.Bool
+}
+
+func newPushConn(c *net.TCPConn, seed uint64) *pushConn {
+	return &pushConn{Conn: c, tcp: c, rng: mrand.New(mrand.NewPCG(seed, 3))}
+}
+
+func (c *pushConn) CloseWrite() error {
+	c.shut.Store(true)
+	return c.tcp.CloseWrite()
+}
+
+// errPushReset is what a pushConn reports when its socket was reset but its
+// read saw EOF: an HBONE stream reports a peer's reset to its reader however
+// its writes went.
+var errPushReset = fmt.Errorf("push: EOF on a reset socket: %w", syscall.ECONNRESET)
+
+func (c *pushConn) PushTo(w io.Writer, done func(error)) error {
+	tw, ok := w.(interface{ TryWrite([]byte) (int, error) })
+	if !ok {
+		return fmt.Errorf("push destination %T has no TryWrite", w)
+	}
+	c.pushed.Store(true)
+	go c.push(w, tw, done)
+	return nil
+}
+
+func (c *pushConn) push(w io.Writer, tw interface{ TryWrite([]byte) (int, error) }, done func(error)) {
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := c.tcp.Read(buf[:1+c.rng.IntN(len(buf))])
+		p := buf[:n]
+		if len(p) > 0 && c.rng.IntN(4) > 0 {
+			k, werr := tw.TryWrite(p)
+			c.tries.Add(1)
+			if werr != nil {
+				done(werr)
+				return
+			}
+			p = p[k:]
+		}
+		if len(p) > 0 {
+			c.writes.Add(1)
+			if _, werr := w.Write(p); werr != nil {
+				done(werr)
+				return
+			}
+		}
+		if err == io.EOF {
+			// Linux reports a reset to one system call only, and the
+			// relay's opposite direction writes to this socket: its
+			// write may take the ECONNRESET and leave this read an EOF.
+			// An HBONE stream, which this stands for, reports a reset
+			// to its reader whatever its writes saw, so check the
+			// socket like the relay checks a TCP source. shut is loaded
+			// again after the look: if our own FIN closed the socket,
+			// the shutdown began after shut was set.
+			if !c.shut.Load() && relay.ResetAtEOF(c.tcp) && !c.shut.Load() {
+				done(errPushReset)
+				return
+			}
+			done(nil)
+			return
+		}
+		if err != nil {
+			done(err)
+			return
+		}
+	}
+}
+
+// checkPushed fails the test unless every pushConn leg of r whose opposite
+// leg is a *net.TCPConn was driven through PushTo: the relay must not fall
+// back to reading it.
+func checkPushed(t testing.TB, r *relayed) {
+	t.Helper()
+	for _, l := range []struct{ leg, other net.Conn }{{r.a, r.b}, {r.b, r.a}} {
+		pc, ok := l.leg.(*pushConn)
+		if _, tcp := l.other.(*net.TCPConn); !ok || !tcp || !relay.PushSupported {
+			continue
+		}
+		if !pc.pushed.Load() {
+			t.Errorf("push leg was not pushed")
+		}
 	}
 }
 

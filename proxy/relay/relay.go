@@ -2,10 +2,15 @@
 // path of every proxied connection (SPEC §2.8).
 //
 // Copy runs one direction on the calling goroutine and the other on a second
-// goroutine, and returns only when both have ended. Each direction ends with a
-// write-side shutdown of its destination (FIN on TCP, close_notify on TLS,
-// END_STREAM on an HBONE stream) when its source reads EOF, so half-closed
-// connections keep flowing the other way until that side ends too.
+// goroutine, or, when one leg is an HBONE stream and the other a
+// *net.TCPConn, lets the stream push its bytes by itself (see below), so the
+// calling goroutine is the only one the connection has. Copy returns only
+// when both directions have ended. Start does the same without holding up
+// its caller, on goroutines whose stacks stay small while the connection is
+// idle (start.go). Each direction ends with a write-side
+// shutdown of its destination (FIN on TCP, close_notify on TLS, END_STREAM on
+// an HBONE stream) when its source reads EOF, so half-closed connections keep
+// flowing the other way until that side ends too.
 //
 // How bytes move depends on the legs:
 //
@@ -14,10 +19,18 @@
 //     never copies them into user space. Pass the *net.TCPConn itself, not a
 //     wrapper: a wrapper hides the concrete type and turns splicing off
 //     (STYLE 36). Nothing is unwrapped here.
+//   - A source with PushTo (an HBONE stream) towards a *net.TCPConn (Linux):
+//     the stream's connection reader writes received bytes straight to the
+//     socket with one non-blocking write, and a short-lived goroutine of the
+//     stream writes what the socket did not take (push.go). No goroutine
+//     waits on the stream and no buffer is held while it is idle.
 //   - Any other leg (TLS, HBONE streams, wrappers): a read/write loop with
 //     pooled buffers whose size grows with the flow, 1 KiB at first, 16,320
 //     bytes after 128 KiB and 262,080 bytes after 10 MiB (see buffer.go), so
-//     idle and small connections stay cheap and bulk flows get large reads.
+//     small connections stay cheap and bulk flows get large reads. A
+//     *net.TCPConn source is first waited on until it is readable, and the
+//     buffer taken only then, so an idle direction holds none (DESIGN
+//     "Making HBONE fast").
 //
 // Errors: when a direction fails, the copy is aborted: both connections are
 // closed, *net.TCPConn legs (also under a *tls.Conn) with SO_LINGER 0 so the
@@ -68,19 +81,70 @@ func Copy(a, b net.Conn) (Result, error) {
 // TCP legs they advance in steps of at most 1 MiB (the splice chunk) or when
 // the direction ends. The returned Result counts only this call's bytes.
 func CopyWithCounters(a, b net.Conn, aToB, bToA *atomic.Int64) (Result, error) {
-	p := &pair{a: a, b: b}
-	ab := &half{p: p, src: a, dst: b, live: aToB, name: "a to b"}
-	ba := &half{p: p, src: b, dst: a, live: bToA, name: "b to a"}
-	ab.other, ba.other = ba, ab
+	st := newCopyState(a, b, aToB, bToA)
+	st.run()
+	return st.result()
+}
 
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go runHalf(ab, &wg)
-	ba.run()
-	wg.Wait()
+// newCopyState sets up the state of a copy between a and b.
+func newCopyState(a, b net.Conn, aToB, bToA *atomic.Int64) *copyState {
+	st := &copyState{} // one allocation holds the whole state of the copy
+	st.pair.a, st.pair.b, st.pair.st = a, b, st
+	st.ab.init(&st.pair, a, b, aToB, "a to b", &st.ba)
+	st.ba.init(&st.pair, b, a, bToA, "b to a", &st.ab)
+	return st
+}
 
-	p.finish(ab, ba)
-	return Result{AToB: ab.n, BToA: ba.n}, p.err
+// result is what Copy returns once run has returned.
+func (st *copyState) result() (Result, error) {
+	return Result{AToB: st.ab.n, BToA: st.ba.n}, st.pair.err
+}
+
+// run runs both directions and waits for them.
+//
+// A source that pushes (an HBONE stream towards a TCP socket) needs no
+// goroutine of its own: the caller's runs the other direction, and is then
+// the only goroutine the connection has. It idles in run, half.run,
+// copyBuffered and readWaiter.wait, which keep small frames (their work is in
+// functions marked noinline): the runtime shrinks an idle goroutine's stack
+// only while it uses less than a quarter of it.
+//
+//go:noinline
+func (st *copyState) run() {
+	if pull := st.startPush(); pull != nil {
+		pull.run()
+	} else {
+		st.pair.wg.Add(1)
+		go runHalf(&st.ab)
+		st.ba.run()
+	}
+	st.wait()
+}
+
+// startPush hands a direction to its source if it pushes (see half.startPush)
+// and returns the other direction, which the caller must run, or returns nil
+// if neither source pushes.
+func (st *copyState) startPush() *half {
+	switch {
+	case st.ba.startPush():
+		return &st.ab
+	case st.ab.startPush():
+		return &st.ba
+	}
+	return nil
+}
+
+// wait waits for the directions that do not run on the caller's goroutine,
+// then closes what could not be half-closed.
+func (st *copyState) wait() {
+	st.pair.wg.Wait()
+	st.pair.finish(&st.ab, &st.ba)
+}
+
+// copyState is everything one Copy allocates.
+type copyState struct {
+	pair   pair
+	ab, ba half
 }
 
 // closeWriter is implemented by conns that can shut down their write side
@@ -92,6 +156,15 @@ type closeWriter interface {
 // pair is the state the two directions of one Copy share.
 type pair struct {
 	a, b net.Conn
+
+	// wg counts the direction that does not run on Copy's goroutine: a
+	// second goroutine, or a pushing source until it reports its end.
+	wg sync.WaitGroup
+
+	// st is the copy this pair belongs to, and started the callback of a
+	// Start (start.go), or nil.
+	st      *copyState
+	started func(Result, error)
 
 	mu      sync.Mutex
 	aborted bool  // both conns have been closed after a failure
@@ -166,18 +239,27 @@ type half struct {
 	name     string        // "a to b" or "b to a", for errors
 	other    *half         // the opposite direction, which writes to src
 
-	// dstShut is set once dst's write side has been shut down. The
-	// opposite direction reads it when its source (this dst) reads EOF.
+	// dstShut is set when dst's write side is being shut down (just
+	// before the shutdown). The opposite direction reads it when its
+	// source (this dst) reads EOF.
 	dstShut atomic.Bool
 
 	n          int64 // bytes written to dst
 	closeAtEnd bool  // src hit EOF but dst has no CloseWrite: close dst when the Copy ends
+
+	sink *tcpSink // the destination of a pushing source, or nil (push.go)
 }
 
-// runHalf runs h and marks wg done. It is the body of the second goroutine
-// of every Copy, named so stack dumps show what the goroutine is.
-func runHalf(h *half, wg *sync.WaitGroup) {
-	defer wg.Done()
+// init sets up a zero half as the direction from src to dst.
+func (h *half) init(p *pair, src, dst net.Conn, live *atomic.Int64, name string, other *half) {
+	h.p, h.src, h.dst, h.live, h.name, h.other = p, src, dst, live, name, other
+}
+
+// runHalf runs h and marks it done. It is the body of the second goroutine
+// of a Copy whose sources both need reading, named so stack dumps show what
+// the goroutine is.
+func runHalf(h *half) {
+	defer h.p.wg.Done()
 	h.run()
 }
 
@@ -185,14 +267,31 @@ func runHalf(h *half, wg *sync.WaitGroup) {
 // aborts the pair.
 func (h *half) run() {
 	var err error
-	src, srcTCP := h.src.(*net.TCPConn)
-	dst, dstTCP := h.dst.(*net.TCPConn)
-	if srcTCP && dstTCP {
-		err = h.splice(dst, src)
+	if h.spliceable() {
+		err = h.splice(h.dst.(*net.TCPConn), h.src.(*net.TCPConn))
 	} else {
 		err = h.copyBuffered()
 	}
-	if err == nil && !h.other.dstShut.Load() && resetAtEOF(h.src) {
+	h.end(err)
+}
+
+// spliceable reports whether both of h's legs are *net.TCPConn.
+func (h *half) spliceable() bool {
+	_, srcTCP := h.src.(*net.TCPConn)
+	_, dstTCP := h.dst.(*net.TCPConn)
+	return srcTCP && dstTCP
+}
+
+// end finishes h after its copy returned err: it half-closes h.dst after a
+// clean EOF, or aborts the pair.
+//
+//go:noinline
+func (h *half) end(err error) {
+	// dstShut is loaded again after the look at the socket: if the
+	// opposite direction's own shutdown is what left the socket CLOSED, it
+	// set dstShut before shutting down, so the second load sees it.
+	shut := &h.other.dstShut
+	if err == nil && !shut.Load() && resetAtEOF(h.src) && !shut.Load() {
 		err = errResetAtEOF
 	}
 	if err == nil {
@@ -215,10 +314,12 @@ func (h *half) closeWrite() error {
 		h.closeAtEnd = true
 		return nil
 	}
+	// Set before the shutdown, not after: the opposite direction's end
+	// must not see the socket closed by it without seeing dstShut.
+	h.dstShut.Store(true)
 	if err := cw.CloseWrite(); err != nil {
 		return fmt.Errorf("close write: %w", err)
 	}
-	h.dstShut.Store(true)
 	return nil
 }
 

@@ -36,15 +36,28 @@ func streamSize(t *testing.T) int64 {
 // at its length, and is counted in the Result and the live counters
 // (TESTPLAN "Payload integrity").
 func TestCopyIntegrity(t *testing.T) {
-	for _, tc := range []struct{ a, b legKind }{
-		{legTCP, legTCP},
-		{legChaos, legChaos},
-		{legTCP, legChaos},
-		{legTLS, legOpaque},
+	for _, tc := range []struct {
+		a, b legKind
+		v    via
+	}{
+		{legTCP, legTCP, viaCopy},
+		{legChaos, legChaos, viaCopy},
+		{legTCP, legChaos, viaCopy},
+		{legTLS, legOpaque, viaCopy},
+		{legTCP, legPush, viaCopy},
+		{legPush, legTCP, viaCopy},
+		{legPush, legPush, viaCopy}, // no TCP destination: read like any conn
+		{legTCP, legPush, viaStart},
+		{legChaos, legTCP, viaStart},
+		{legTCP, legTCP, viaStart},
 	} {
-		t.Run(tc.a.String()+"-"+tc.b.String(), func(t *testing.T) {
+		name := tc.a.String() + "-" + tc.b.String()
+		if tc.v == viaStart {
+			name += "/start"
+		}
+		t.Run(name, func(t *testing.T) {
 			n := streamSize(t)
-			r := startRelay(t, tc.a, tc.b)
+			r := startRelayVia(t, tc.a, tc.b, tc.v)
 			var wg sync.WaitGroup
 			errs := make(chan error, 4)
 			send := func(w net.Conn, seed uint64) {
@@ -88,6 +101,7 @@ func TestCopyIntegrity(t *testing.T) {
 			if got := (relay.Result{AToB: r.aToB.Load(), BToA: r.bToA.Load()}); got != want {
 				t.Errorf("live counters = %+v, want %+v", got, want)
 			}
+			checkPushed(t, r)
 		})
 	}
 }
@@ -98,11 +112,18 @@ func TestCopyIntegrity(t *testing.T) {
 // EOF (TESTPLAN F13, F14). Copy then returns without closing its legs.
 func TestCopyHalfClose(t *testing.T) {
 	const n, m = 300_001, 5<<20 + 17
-	for _, legs := range []legKind{legTCP, legChaos, legTLS} {
+	for _, legs := range []struct {
+		a, b legKind
+		v    via
+	}{
+		{legTCP, legTCP, viaCopy}, {legChaos, legChaos, viaCopy}, {legTLS, legTLS, viaCopy},
+		{legTCP, legPush, viaCopy}, {legPush, legTCP, viaCopy},
+		{legTCP, legPush, viaStart}, {legPush, legTCP, viaStart}, {legTLS, legTLS, viaStart},
+	} {
 		for _, clientFirst := range []bool{true, false} {
-			name := fmt.Sprintf("%v/client-first=%v", legs, clientFirst)
+			name := fmt.Sprintf("%v-%v/via-start=%v/client-first=%v", legs.a, legs.b, legs.v == viaStart, clientFirst)
 			t.Run(name, func(t *testing.T) {
-				r := startRelay(t, legs, legs)
+				r := startRelayVia(t, legs.a, legs.b, legs.v)
 				first, second := r.client, r.server
 				if !clientFirst {
 					first, second = r.server, r.client
@@ -151,6 +172,7 @@ func TestCopyHalfClose(t *testing.T) {
 						t.Errorf("leg %s after a clean Copy: SetDeadline = %v; Copy must not close its legs", name, err)
 					}
 				}
+				checkPushed(t, r)
 			})
 		}
 	}
@@ -217,10 +239,17 @@ func TestCopyNoCloseWrite(t *testing.T) {
 // copy must end promptly without an error, and the other application end must
 // see a reset, not an orderly EOF (TESTPLAN F11, F15, F16).
 func TestCopyReset(t *testing.T) {
-	for _, legs := range []legKind{legTCP, legTLS, legChaos} {
+	for _, legs := range []struct {
+		a, b legKind
+		v    via
+	}{
+		{legTCP, legTCP, viaCopy}, {legTLS, legTLS, viaCopy}, {legChaos, legChaos, viaCopy},
+		{legTCP, legPush, viaCopy}, {legPush, legTCP, viaCopy},
+		{legTCP, legPush, viaStart}, {legTCP, legTLS, viaStart},
+	} {
 		for _, resetClient := range []bool{true, false} {
-			t.Run(fmt.Sprintf("%v/reset-client=%v", legs, resetClient), func(t *testing.T) {
-				r := startRelay(t, legs, legs)
+			t.Run(fmt.Sprintf("%v-%v/via-start=%v/reset-client=%v", legs.a, legs.b, legs.v == viaStart, resetClient), func(t *testing.T) {
+				r := startRelayVia(t, legs.a, legs.b, legs.v)
 				deadline(t, r.client, r.server)
 				victimTCP, victim, survivor := r.clientTCP, r.client, r.server
 				if !resetClient {
@@ -252,9 +281,14 @@ func TestCopyReset(t *testing.T) {
 				survivor.Close()
 				werr := <-writeErr
 				reset := errors.Is(rerr, syscall.ECONNRESET) || errors.Is(werr, syscall.ECONNRESET)
-				if legs != legChaos && !reset {
+				survivorLeg := legs.b
+				if !resetClient {
+					survivorLeg = legs.a
+				}
+				if (survivorLeg == legTCP || survivorLeg == legTLS) && !reset {
 					// (A wrapper that is neither TCP nor TLS is just
-					// closed: for chaos legs any end but a hang will do.)
+					// closed: for chaos and push legs any end but a
+					// hang will do.)
 					t.Errorf("survivor read error %v, write error %v; want ECONNRESET from one", rerr, werr)
 				}
 			})
@@ -306,9 +340,9 @@ func TestCopyError(t *testing.T) {
 // TestCopyLiveCounters checks that the counters move while the connection is
 // still open, on both the splice and the buffered path.
 func TestCopyLiveCounters(t *testing.T) {
-	for _, legs := range []legKind{legTCP, legOpaque} {
-		t.Run(legs.String(), func(t *testing.T) {
-			r := startRelay(t, legs, legs)
+	for _, legs := range [][2]legKind{{legTCP, legTCP}, {legOpaque, legOpaque}, {legPush, legTCP}} {
+		t.Run(legs[0].String()+"-"+legs[1].String(), func(t *testing.T) {
+			r := startRelay(t, legs[0], legs[1])
 			deadline(t, r.client, r.server)
 			const n = 3 * relay.SpliceChunk
 			go io.CopyN(io.Discard, r.server, n)

@@ -1,0 +1,125 @@
+package relay
+
+import (
+	"errors"
+	"io"
+	"net"
+	"os"
+	"sync/atomic"
+	"time"
+)
+
+// Start copies bytes both ways between a and b like CopyWithCounters, but on
+// goroutines of its own: it returns at once, and calls done with what
+// CopyWithCounters would have returned once both directions have ended. The
+// caller may go on or return meanwhile; done is where it closes the legs.
+//
+// A connection relayed this way can cost much less while idle than one whose
+// handler blocks in Copy (DESIGN "Making HBONE fast": keep the long-lived
+// goroutine's stack small). Whatever the handler did before (routing,
+// dialing, TLS) grew its stack, and a parked goroutine keeps its stack: the
+// runtime shrinks it only to four times what it uses, so it stays well above
+// the minimum. When one leg is an HBONE stream that pushes (see Copy) and the
+// other a *net.TCPConn, Start's direction from the TCP socket instead runs as
+// a chain of goroutines: each waits for the socket to become readable, copies
+// what is there, then leaves the next wait to a fresh goroutine and exits. So
+// the one goroutine an idle connection has only ever waited, and has the
+// runtime's smallest stack. Other legs are copied as Copy does, on Start's
+// goroutines.
+func Start(a, b net.Conn, aToB, bToA *atomic.Int64, done func(Result, error)) {
+	st := newCopyState(a, b, aToB, bToA)
+	st.pair.started = done
+	go st.runStarted()
+}
+
+// runStarted is the first goroutine of a Start.
+func (st *copyState) runStarted() {
+	pull := st.startPush()
+	if pull != nil {
+		if w := newReadWaiter(pull.src.(*net.TCPConn)); w != nil {
+			pull.pull(w)
+			return
+		}
+		pull.run()
+	} else {
+		st.pair.wg.Add(1)
+		go runHalf(&st.ab)
+		st.ba.run()
+	}
+	st.finishStarted()
+}
+
+// idleRespawn is how long a goroutine of a started copy that has copied
+// bytes (and so grown its stack) keeps waiting for more before it leaves the
+// wait to a fresh goroutine. A connection busier than that never pays for a
+// new goroutine; an idle one pays once per idle period (a few microseconds
+// of CPU, against 2 KiB or more of stack held for the whole idle time).
+const idleRespawn = 20 * time.Millisecond
+
+// pull is one turn of a started copy's direction from a TCP socket (a push
+// is running the other way): it waits until the socket is readable and
+// copies until a read comes back short of its buffer (the socket is drained
+// for now), again while more bytes come within idleRespawn; then it starts
+// the next turn on a new goroutine and exits. So an idle connection's wait
+// happens on a goroutine that has done nothing else, whose stack is the
+// runtime's smallest, and the deep work (TLS, HTTP/2 framing) grows only the
+// stacks of goroutines that end soon.
+//
+// Start owns the socket's read deadline meanwhile: it sets one for the
+// short waits.
+func (h *half) pull(w *readWaiter) {
+	err := w.wait()
+	if err != nil {
+		err = readError(err)
+	}
+	for err == nil {
+		var full, ready bool
+		full, err = h.copyChunk()
+		if err != nil || full {
+			continue
+		}
+		if ready, err = h.waitBriefly(w); err == nil && !ready {
+			go h.pull(w)
+			return
+		}
+	}
+	if err == io.EOF {
+		err = nil
+	}
+	h.endPull(err)
+}
+
+// waitBriefly waits up to idleRespawn for h.src to become readable. It
+// reports whether it did, or the error the wait found.
+func (h *half) waitBriefly(w *readWaiter) (bool, error) {
+	src := h.src.(*net.TCPConn)
+	if err := src.SetReadDeadline(time.Now().Add(idleRespawn)); err != nil {
+		return false, readError(err)
+	}
+	werr := w.wait()
+	if err := src.SetReadDeadline(time.Time{}); err != nil {
+		return false, readError(err)
+	}
+	switch {
+	case werr == nil:
+		return true, nil
+	case errors.Is(werr, os.ErrDeadlineExceeded):
+		return false, nil
+	}
+	return false, readError(werr)
+}
+
+// endPull ends the pulling direction: it half-closes the destination or
+// aborts the pair (as run does), then waits for the pushing direction on a
+// new goroutine, so that this one's stack, grown by the copy, is freed.
+func (h *half) endPull(err error) {
+	h.end(err)
+	go h.p.st.finishStarted()
+}
+
+// finishStarted waits for the directions still running and calls the
+// Start's done.
+func (st *copyState) finishStarted() {
+	st.wait()
+	st.pair.started(st.result())
+}
