@@ -82,6 +82,20 @@ func (p *Proxy) serveConnect(s *hbone.ServerStream) {
 	p.wg.Add(1)
 	defer p.wg.Done()
 	defer s.Close()
+	up, rec, done := p.acceptConnect(s)
+	if up == nil {
+		return
+	}
+	res, err := relay.Copy(s, up)
+	up.Close()
+	rec.close(res.AToB, res.BToA, done(err))
+}
+
+// acceptConnect checks, authorizes and answers one CONNECT and dials its
+// upstream; a nil conn means it was refused (and answered). It is separate
+// from serveConnect so that its large stack frame is gone while the
+// connection idles in relay.Copy.
+func (p *Proxy) acceptConnect(s *hbone.ServerStream) (net.Conn, *connRecord, func(error) error) {
 	start := time.Now()
 	req, ierr := p.checkConnect(s)
 	snap := req.snap
@@ -117,7 +131,7 @@ func (p *Proxy) serveConnect(s *hbone.ServerStream) {
 	if ierr != nil {
 		_ = s.Respond(ierr.status, nil)
 		rec.close(0, 0, ierr)
-		return
+		return nil, nil, nil
 	}
 	h := http.Header{}
 	if b := baggage(req.local); b != "" {
@@ -126,12 +140,10 @@ func (p *Proxy) serveConnect(s *hbone.ServerStream) {
 	if err := s.Respond(http.StatusOK, h); err != nil {
 		up.Close()
 		rec.close(0, 0, err)
-		return
+		return nil, nil, nil
 	}
 	done := p.watchPolicy(connmgr.Info{WorkloadUID: req.local.UID, Conn: req.authz, Inbound: connmgr.InboundHBONE, Checked: req.snap}, rec, s, up)
-	res, err := relay.Copy(s, up)
-	up.Close()
-	rec.close(res.AToB, res.BToA, done(err))
+	return up, rec, done
 }
 
 // checkConnect runs the checks of SPEC §2.4 steps 1–5. The request is

@@ -49,21 +49,34 @@ func unmap(ap netip.AddrPort) netip.AddrPort {
 // proxyOutbound routes and proxies one outbound connection to dst. It is
 // shared by the outbound listener and SOCKS5.
 func (p *Proxy) proxyOutbound(down net.Conn, dst netip.AddrPort) {
+	up, rec := p.openOutbound(down, dst)
+	if up == nil {
+		return
+	}
+	res, err := relay.Copy(down, up)
+	up.Close()
+	rec.close(res.AToB, res.BToA, err)
+}
+
+// openOutbound routes the connection and opens its upstream leg; nil means
+// it failed and was logged. It is separate from proxyOutbound so that its
+// large stack frame is gone while the connection idles in relay.Copy.
+func (p *Proxy) openOutbound(down net.Conn, dst netip.AddrPort) (net.Conn, *connRecord) {
 	downAddr := addrPortOf(down.RemoteAddr())
 	if dst.Addr().IsLoopback() && p.isIllegalPort(dst.Port()) {
 		p.connFailed(downAddr, dst, "outbound", errSelfCall)
-		return
+		return nil, nil
 	}
 	snap, src := p.awaitLocalWorkload(p.lifetime)
 	if src == nil {
 		p.connFailed(downAddr, dst, "outbound", errUnknownSource)
-		return
+		return nil, nil
 	}
 	r := router{snap: snap, network: p.cfg.Network}
 	rt, err := r.decide(src, downAddr.Addr(), dst)
 	if err != nil {
 		p.connFailed(downAddr, dst, "outbound", err)
-		return
+		return nil, nil
 	}
 	labels := trafficLabels{reporter: "source", responseFlags: flagNone, securityPolicy: securityUnknown}
 	labels.setSource(src)
@@ -86,11 +99,9 @@ func (p *Proxy) proxyOutbound(down net.Conn, dst netip.AddrPort) {
 	up, err := p.dialOutbound(src, downAddr, rt)
 	if err != nil {
 		rec.fail(flagConnect, err)
-		return
+		return nil, nil
 	}
-	res, err := relay.Copy(down, up)
-	up.Close()
-	rec.close(res.AToB, res.BToA, err)
+	return up, rec
 }
 
 // dialOutbound opens the upstream leg of rt: an HBONE stream or a TCP

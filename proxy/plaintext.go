@@ -12,16 +12,29 @@ import (
 // without HBONE (SPEC §1.2). It connects to the original destination with
 // the client's IP as source.
 func (p *Proxy) handlePlaintext(c net.Conn) {
+	up, rec, done := p.acceptPlaintext(c)
+	if up == nil {
+		return
+	}
+	res, err := relay.Copy(c, up)
+	up.Close()
+	rec.close(res.AToB, res.BToA, done(err))
+}
+
+// acceptPlaintext authorizes the connection and dials its upstream; a nil
+// conn means it was refused (and logged). Split from handlePlaintext so
+// its stack frame is gone while the connection idles.
+func (p *Proxy) acceptPlaintext(c net.Conn) (net.Conn, *connRecord, func(error) error) {
 	src := addrPortOf(c.RemoteAddr())
 	dst := originalDst(c)
 	if p.isIllegalPort(dst.Port()) {
 		p.connFailed(src, dst, "inbound", errSelfCall)
-		return
+		return nil, nil, nil
 	}
 	snap, local := p.awaitLocalWorkload(p.lifetime)
 	if local == nil {
 		p.connFailed(src, dst, "inbound", errNoLocalWorkload)
-		return
+		return nil, nil, nil
 	}
 	labels := trafficLabels{reporter: "destination", responseFlags: flagNone, securityPolicy: securityUnknown}
 	labels.setDestination(local)
@@ -41,10 +54,8 @@ func (p *Proxy) handlePlaintext(c net.Conn) {
 	rec.srcAddr, rec.dstAddr = src.String(), dst.String()
 	if err != nil {
 		rec.close(0, 0, err)
-		return
+		return nil, nil, nil
 	}
 	done := p.watchPolicy(connmgr.Info{WorkloadUID: local.UID, Conn: authz, Inbound: connmgr.InboundTCP, Checked: snap}, rec, c, up)
-	res, err := relay.Copy(c, up)
-	up.Close()
-	rec.close(res.AToB, res.BToA, done(err))
+	return up, rec, done
 }
