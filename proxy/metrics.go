@@ -169,7 +169,6 @@ type connRecord struct {
 	inbound bool
 
 	srcAddr, dstAddr, hboneAddr string
-	srcIdentity, dstIdentity    string
 }
 
 // open records the connection as opened.
@@ -211,8 +210,11 @@ func (r *connRecord) close(requestBytes, responseBytes int64, err error) {
 		slog.String("src.workload", r.labels.srcWorkload),
 		slog.String("src.namespace", r.labels.srcNamespace),
 	}
-	if r.srcIdentity != "" {
-		attrs = append(attrs, slog.String("src.identity", r.srcIdentity))
+	// Identities are logged only for mTLS connections (SPEC §7.3); they are
+	// the principals already in the labels.
+	mtls := r.labels.securityPolicy == securityMutualTLS
+	if mtls && r.labels.srcPrincipal != "" {
+		attrs = append(attrs, slog.String("src.identity", r.labels.srcPrincipal))
 	}
 	attrs = append(attrs, slog.String("dst.addr", r.dstAddr))
 	if r.hboneAddr != "" {
@@ -223,8 +225,8 @@ func (r *connRecord) close(requestBytes, responseBytes int64, err error) {
 		slog.String("dst.workload", r.labels.dstWorkload),
 		slog.String("dst.namespace", r.labels.dstNamespace),
 	)
-	if r.dstIdentity != "" {
-		attrs = append(attrs, slog.String("dst.identity", r.dstIdentity))
+	if mtls && r.labels.dstPrincipal != "" {
+		attrs = append(attrs, slog.String("dst.identity", r.labels.dstPrincipal))
 	}
 	attrs = append(attrs,
 		slog.String("direction", direction),

@@ -89,14 +89,10 @@ func (p *Proxy) openOutbound(down net.Conn, dst netip.AddrPort) (net.Conn, *conn
 	rec := p.cfg.Metrics.open(p.accessLog, labels, false)
 	rec.srcAddr, rec.dstAddr = downAddr.String(), rt.dial.String()
 	if rt.kind == routeHBONE {
-		rec.srcIdentity = labels.srcPrincipal
 		rec.hboneAddr = rt.authority
-		if rt.workload != nil {
-			rec.dstIdentity = rt.workload.Identity().String()
-		}
 	}
 
-	up, err := p.dialOutbound(src, downAddr, rt)
+	up, err := p.dialOutbound(src, labels.srcPrincipal, downAddr, rt)
 	if err != nil {
 		rec.fail(flagConnect, err)
 		return nil, nil
@@ -105,8 +101,8 @@ func (p *Proxy) openOutbound(down net.Conn, dst netip.AddrPort) (net.Conn, *conn
 }
 
 // dialOutbound opens the upstream leg of rt: an HBONE stream or a TCP
-// connection.
-func (p *Proxy) dialOutbound(src *state.Workload, downAddr netip.AddrPort, rt route) (net.Conn, error) {
+// connection. srcID is the source's SPIFFE id (HBONE only).
+func (p *Proxy) dialOutbound(src *state.Workload, srcID string, downAddr netip.AddrPort, rt route) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(p.lifetime, connectTimeout)
 	defer cancel()
 	if rt.kind != routeHBONE {
@@ -117,9 +113,8 @@ func (p *Proxy) dialOutbound(src *state.Workload, downAddr netip.AddrPort, rt ro
 		}
 		return c, nil
 	}
-	srcID := src.Identity()
 	key := hbone.Key{
-		SrcIdentity:   srcID.String(),
+		SrcIdentity:   srcID,
 		DstIdentities: strings.Join(rt.sans, ","),
 		Dst:           rt.dial,
 		SrcIP:         downAddr.Addr(),

@@ -577,6 +577,11 @@ func TestAdminAndMetrics(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	// Both access-log lines name both mTLS identities (SPEC §7.3).
+	waitLog(t, tm, "src.identity=spiffe://cluster.local/ns/demo/sa/client dst.addr="+tm.ips.Server+":15008")
+	for _, dir := range []string{"inbound", "outbound"} {
+		waitLog(t, tm, "dst.identity=spiffe://cluster.local/ns/demo/sa/server direction="+dir)
+	}
 	// 4 bytes each way through the tunnel.
 	if got := metricValue(metrics, "istio_tcp_received_bytes_total", `reporter="destination"`); got != 4 {
 		t.Errorf("inbound received bytes = %v, want 4", got)
