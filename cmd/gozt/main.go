@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/gozt/gozt/bench"
+	"github.com/gozt/gozt/cmd/gozt/internal/admin"
 	"github.com/gozt/gozt/cmd/gozt/internal/envconfig"
 	"github.com/gozt/gozt/cmd/gozt/internal/explain"
 	"github.com/gozt/gozt/cmd/gozt/internal/local"
@@ -74,7 +75,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		// the trailing role argument.
 		return runProxy(stdout, stderr)
 	case "version":
-		fmt.Fprintln(stdout, "gozt", local.Version)
+		fmt.Fprintln(stdout, "gozt", admin.Version)
 		return nil
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)

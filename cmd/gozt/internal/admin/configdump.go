@@ -4,6 +4,7 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/pem"
+	"github.com/prometheus/client_golang/prometheus"
 	"runtime"
 	"time"
 
@@ -53,8 +54,10 @@ type DumpInput struct {
 	Snapshot *state.Snapshot
 	Static   any // the parsed local config, or nil
 	Certs    []certs.State
-	Config   any // the resolved configuration, camelCase keys
-	Version  string
+	Config   any    // the resolved configuration, camelCase keys
+	Version  string // gozt's version
+	// IstioVersion is ISTIO_META_ISTIO_VERSION ("unknown" when unset).
+	IstioVersion string
 }
 
 // ConfigDump renders in as /config_dump (SPEC §8.2).
@@ -76,7 +79,7 @@ func ConfigDump(in DumpInput) any {
 			RustVersion:    runtime.Version(), // the field istioctl reads; gozt reports its Go version here
 			BuildProfile:   "release",
 			BuildStatus:    "Modified",
-			IstioVersion:   "unknown",
+			IstioVersion:   in.IstioVersion,
 			CryptoProvider: "go-crypto-tls",
 		},
 		Config:       in.Config,
@@ -111,4 +114,16 @@ func certItem(c *x509.Certificate) certItemJSON {
 		ValidFrom:      c.NotBefore.UTC().Format(time.RFC3339),
 		ExpirationTime: c.NotAfter.UTC().Format(time.RFC3339),
 	}
+}
+
+// Version is gozt's version: `gozt version` and /config_dump report it.
+const Version = "0.1.0-dev"
+
+// BuildInfo is istio_build{component="ztunnel",tag=...} = 1 (SPEC §7.2); tag
+// is ISTIO_META_ISTIO_VERSION.
+func BuildInfo(tag string) prometheus.Collector {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "istio_build", Help: "Istio component build info"},
+		[]string{"component", "tag"})
+	g.WithLabelValues("ztunnel", tag).Set(1)
+	return g
 }

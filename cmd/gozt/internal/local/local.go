@@ -110,7 +110,7 @@ func Start(ctx context.Context, opts Options) (m *Mesh, err error) {
 	m.certs = certs.NewManager(certs.ManagerConfig{Issuer: m.ca, Logger: m.log.With("scope", "certs")})
 	m.registry = prometheus.NewRegistry()
 	m.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m.registry.MustRegister(buildInfo())
+	m.registry.MustRegister(admin.BuildInfo("unknown"))
 	m.ready = admin.NewReadiness("proxy")
 
 	defer func() {
@@ -162,7 +162,7 @@ func (m *Mesh) startSidePorts(ctx context.Context) (err error) {
 		ConfigDump: func() any {
 			return admin.ConfigDump(admin.DumpInput{
 				Snapshot: m.store.Snapshot(), Static: m.static.Raw, Certs: m.certs.States(),
-				Config: m.dumpConfig(), Version: Version,
+				Config: m.dumpConfig(), Version: admin.Version, IstioVersion: "unknown",
 			})
 		},
 		Quit:     m.signalQuit,
@@ -303,16 +303,6 @@ func (m *Mesh) banner() {
 		fmt.Fprintln(out, "  curl --socks5 127.0.0.2:15080 http://127.10.0.1:80/")
 	}
 }
-
-func buildInfo() prometheus.Collector {
-	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "istio_build", Help: "Istio component build info"},
-		[]string{"component", "tag"})
-	g.WithLabelValues("ztunnel", Version).Set(1)
-	return g
-}
-
-// Version is gozt's version, reported as istio_build's tag and in /config_dump.
-const Version = "0.1.0-dev"
 
 // dumpConfig is the "config" section of /config_dump.
 func (m *Mesh) dumpConfig() map[string]any {

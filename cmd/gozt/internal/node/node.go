@@ -91,7 +91,8 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 	if n.log == nil {
 		n.log = slog.New(slog.DiscardHandler)
 	}
-	n.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	n.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		admin.BuildInfo(opts.Env.IstioVersion))
 	n.connmgr = connmgr.New(connmgr.Config{Logger: n.log.With("scope", "connmgr")})
 	env := opts.Env
 	n.findLocal = func(s *state.Snapshot) *state.Workload {
@@ -278,7 +279,8 @@ func (n *Node) startSidePorts(ctx context.Context) (err error) {
 	}, admin.Config{
 		ConfigDump: func() any {
 			return admin.ConfigDump(admin.DumpInput{
-				Snapshot: n.store.Snapshot(), Certs: n.certs.States(), Config: n.opts.Env, Version: Version,
+				Snapshot: n.store.Snapshot(), Certs: n.certs.States(), Config: n.opts.Env, Version: admin.Version,
+				IstioVersion: n.opts.Env.IstioVersion,
 			})
 		},
 		Quit:     func() { n.quitOnce.Do(func() { close(n.quit) }) },
@@ -409,6 +411,3 @@ func orDefault(s, def string) string {
 	}
 	return s
 }
-
-// Version is reported in /config_dump.
-const Version = "0.1.0-dev"

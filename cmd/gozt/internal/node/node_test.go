@@ -171,6 +171,9 @@ func TestProxyEndToEnd(t *testing.T) {
 	if !strings.HasPrefix(ready, "ready") {
 		t.Errorf("readiness after xDS = %q", ready)
 	}
+	if m := get(t, "http://"+client.MetricsAddr().String()+"/metrics"); !strings.Contains(m, `istio_build{component="ztunnel",tag="unknown"} 1`) {
+		t.Errorf("metrics lack istio_build:\n%s", m)
+	}
 	reqs := cp.cas.Requests()
 	if len(reqs) < 2 {
 		t.Errorf("CA saw %d requests, want one per identity", len(reqs))
