@@ -40,18 +40,19 @@ func unavailable(err error) *inboundError {
 }
 
 // handleInbound terminates mTLS on 15008 and serves HTTP/2 CONNECT streams.
-func (p *Proxy) handleInbound(c net.Conn) {
+func (p *Proxy) handleInbound(c net.Conn) bool {
 	tc := tls.Server(hbone.NewBatchConn(c), certs.ServerConfig(p.serverCert))
 	ctx, cancel := context.WithTimeout(p.lifetime, handshakeTimeout)
 	err := tc.HandshakeContext(ctx)
 	cancel()
 	if err != nil {
 		p.log.Debug("inbound tls handshake failed", "src.addr", c.RemoteAddr(), "error", err)
-		return
+		return false
 	}
 	if err := p.hbone.ServeConn(p.lifetime, tc); err != nil {
 		p.log.Debug("inbound hbone connection ended", "src.addr", c.RemoteAddr(), "error", err)
 	}
+	return false
 }
 
 // serverCert returns the certificate of the workload this proxy serves
@@ -80,21 +81,26 @@ type inboundRequest struct {
 // serveConnect handles one CONNECT stream (SPEC §2.4, steps in order).
 func (p *Proxy) serveConnect(s *hbone.ServerStream) {
 	p.wg.Add(1)
-	defer p.wg.Done()
-	defer s.Close()
+	handedOff := false
+	defer func() {
+		if !handedOff {
+			s.Close()
+			p.wg.Done()
+		}
+	}()
 	up, rec, done := p.acceptConnect(s)
 	if up == nil {
 		return
 	}
-	res, err := relay.Copy(s, up)
-	up.Close()
-	rec.close(res.AToB, res.BToA, done(err))
+	p.startRelay(s, up, func(res relay.Result, err error) {
+		rec.close(res.AToB, res.BToA, done(err))
+		p.wg.Done()
+	})
+	handedOff = true
 }
 
 // acceptConnect checks, authorizes and answers one CONNECT and dials its
-// upstream; a nil conn means it was refused (and answered). It is separate
-// from serveConnect so that its large stack frame is gone while the
-// connection idles in relay.Copy.
+// upstream; a nil conn means it was refused (and answered).
 func (p *Proxy) acceptConnect(s *hbone.ServerStream) (net.Conn, *connRecord, func(error) error) {
 	start := time.Now()
 	req, ierr := p.checkConnect(s)

@@ -18,9 +18,9 @@ import (
 )
 
 // handleOutbound serves a connection captured on 15001 (SPEC §3.1).
-func (p *Proxy) handleOutbound(c net.Conn) {
+func (p *Proxy) handleOutbound(c net.Conn) bool {
 	dst := originalDst(c)
-	p.proxyOutbound(c, dst)
+	return p.proxyOutbound(c, dst)
 }
 
 // originalDst is SO_ORIGINAL_DST, falling back to the socket's local address
@@ -46,21 +46,24 @@ func unmap(ap netip.AddrPort) netip.AddrPort {
 	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 }
 
-// proxyOutbound routes and proxies one outbound connection to dst. It is
-// shared by the outbound listener and SOCKS5.
-func (p *Proxy) proxyOutbound(down net.Conn, dst netip.AddrPort) {
+// proxyOutbound routes one outbound connection to dst and starts relaying
+// it. It is shared by the outbound listener and SOCKS5, and reports whether
+// the relay took the connection over (runHandler's contract).
+func (p *Proxy) proxyOutbound(down net.Conn, dst netip.AddrPort) bool {
 	up, rec := p.openOutbound(down, dst)
 	if up == nil {
-		return
+		return false
 	}
-	res, err := relay.Copy(down, up)
-	up.Close()
-	rec.close(res.AToB, res.BToA, err)
+	p.startRelay(down, up, func(res relay.Result, err error) {
+		rec.close(res.AToB, res.BToA, err)
+		p.untrack(down)
+		p.wg.Done()
+	})
+	return true
 }
 
 // openOutbound routes the connection and opens its upstream leg; nil means
-// it failed and was logged. It is separate from proxyOutbound so that its
-// large stack frame is gone while the connection idles in relay.Copy.
+// it failed and was logged.
 func (p *Proxy) openOutbound(down net.Conn, dst netip.AddrPort) (net.Conn, *connRecord) {
 	downAddr := addrPortOf(down.RemoteAddr())
 	if dst.Addr().IsLoopback() && p.isIllegalPort(dst.Port()) {

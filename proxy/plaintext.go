@@ -10,20 +10,23 @@ import (
 
 // handlePlaintext serves a connection captured on 15006: inbound traffic
 // without HBONE (SPEC §1.2). It connects to the original destination with
-// the client's IP as source.
-func (p *Proxy) handlePlaintext(c net.Conn) {
+// the client's IP as source, and reports whether the relay took the
+// connection over (runHandler's contract).
+func (p *Proxy) handlePlaintext(c net.Conn) bool {
 	up, rec, done := p.acceptPlaintext(c)
 	if up == nil {
-		return
+		return false
 	}
-	res, err := relay.Copy(c, up)
-	up.Close()
-	rec.close(res.AToB, res.BToA, done(err))
+	p.startRelay(c, up, func(res relay.Result, err error) {
+		rec.close(res.AToB, res.BToA, done(err))
+		p.untrack(c)
+		p.wg.Done()
+	})
+	return true
 }
 
 // acceptPlaintext authorizes the connection and dials its upstream; a nil
-// conn means it was refused (and logged). Split from handlePlaintext so
-// its stack frame is gone while the connection idles.
+// conn means it was refused (and logged).
 func (p *Proxy) acceptPlaintext(c net.Conn) (net.Conn, *connRecord, func(error) error) {
 	src := addrPortOf(c.RemoteAddr())
 	dst := originalDst(c)

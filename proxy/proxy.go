@@ -23,6 +23,7 @@ import (
 	"github.com/gozt/gozt/certs/identity"
 	"github.com/gozt/gozt/hbone"
 	"github.com/gozt/gozt/proxy/connmgr"
+	"github.com/gozt/gozt/proxy/relay"
 	"github.com/gozt/gozt/proxy/sockopt"
 	"github.com/gozt/gozt/proxy/state"
 )
@@ -234,7 +235,7 @@ func (p *Proxy) Addrs() map[string]net.Addr {
 // connection it started has finished.
 func (p *Proxy) Serve() error {
 	p.mu.Lock()
-	handlers := map[string]func(net.Conn){
+	handlers := map[string]func(net.Conn) bool{
 		"outbound":  p.handleOutbound,
 		"plaintext": p.handlePlaintext,
 		"inbound":   p.handleInbound,
@@ -250,7 +251,7 @@ func (p *Proxy) Serve() error {
 }
 
 // acceptLoop accepts connections on l until it is closed.
-func (p *Proxy) acceptLoop(l net.Listener, handle func(net.Conn)) {
+func (p *Proxy) acceptLoop(l net.Listener, handle func(net.Conn) bool) {
 	defer p.wg.Done()
 	for {
 		c, err := l.Accept()
@@ -276,16 +277,39 @@ func (p *Proxy) acceptLoop(l net.Listener, handle func(net.Conn)) {
 }
 
 // runHandler runs one connection's handler; a panic closes that connection
-// and nothing else (TESTPLAN F26).
-func (p *Proxy) runHandler(c net.Conn, handle func(net.Conn)) {
-	defer p.wg.Done()
-	defer p.untrack(c)
+// and nothing else (TESTPLAN F26). A handler that hands the connection to
+// relay.Start returns true: the relay's end (finishRelay) then untracks it.
+func (p *Proxy) runHandler(c net.Conn, handle func(net.Conn) bool) {
+	handedOff := false
 	defer func() {
 		if r := recover(); r != nil {
 			p.log.Error("connection handler panicked", "panic", r, "src.addr", c.RemoteAddr())
 		}
+		if !handedOff {
+			p.untrack(c)
+			p.wg.Done()
+		}
 	}()
-	handle(c)
+	handedOff = handle(c)
+}
+
+// startRelay relays a and b on relay.Start's goroutines and returns at once,
+// so the handler's goroutine, whose stack routing, dialing and TLS grew,
+// ends instead of idling for the connection's lifetime (DESIGN "Making HBONE
+// fast": an idle connection holds only a minimal goroutine). finish runs
+// once both directions have ended, after both legs are closed; a panic in it
+// is logged and contained like a handler's.
+func (p *Proxy) startRelay(a, b net.Conn, finish func(relay.Result, error)) {
+	relay.Start(a, b, nil, nil, func(res relay.Result, err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				p.log.Error("connection handler panicked", "panic", r, "src.addr", a.RemoteAddr())
+			}
+		}()
+		b.Close()
+		a.Close()
+		finish(res, err)
+	})
 }
 
 // track registers an accepted connection; it reports whether the proxy is

@@ -28,7 +28,7 @@ const (
 
 // handleSOCKS5 negotiates SOCKS5, answers success before connecting (as
 // ztunnel does), then runs the normal outbound logic.
-func (p *Proxy) handleSOCKS5(c net.Conn) {
+func (p *Proxy) handleSOCKS5(c net.Conn) bool {
 	_ = c.SetDeadline(time.Now().Add(socksHandshakeTO))
 	dst, rep, err := p.socksHandshake(c)
 	if err != nil {
@@ -36,13 +36,13 @@ func (p *Proxy) handleSOCKS5(c net.Conn) {
 			writeSOCKSReply(c, rep)
 		}
 		p.connFailed(addrPortOf(c.RemoteAddr()), dst, "outbound", err)
-		return
+		return false
 	}
 	if err := writeSOCKSReply(c, socksRepSuccess); err != nil {
-		return
+		return false
 	}
 	_ = c.SetDeadline(time.Time{})
-	p.proxyOutbound(c, dst)
+	return p.proxyOutbound(c, dst)
 }
 
 // socksHandshake reads the greeting and the CONNECT request. On failure it
