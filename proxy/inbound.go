@@ -129,7 +129,7 @@ func (p *Proxy) acceptConnect(s *hbone.ServerStream) (net.Conn, *connRecord, fun
 	}
 	rec := p.cfg.Metrics.open(p.accessLog, labels, true)
 	rec.start = start
-	rec.srcAddr, rec.dstAddr, rec.hboneAddr = req.src.String(), req.l3dst.String(), s.Authority()
+	rec.srcAddr, rec.dstAddr, rec.hboneAddr = req.src, req.l3dst, s.Authority()
 	if ierr != nil {
 		_ = s.Respond(ierr.status, nil)
 		rec.close(0, 0, ierr)

@@ -3,7 +3,9 @@ package proxy
 import (
 	"context"
 	"log/slog"
+	"net/netip"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -49,6 +51,46 @@ type Metrics struct {
 	received *prometheus.CounterVec
 	sent     *prometheus.CounterVec
 	sockets  *prometheus.GaugeVec
+
+	mu     sync.RWMutex
+	series map[trafficLabels]*series
+}
+
+// series is the counters of one label set, resolved once and shared by every
+// connection with those labels. A connection record holds a pointer to its
+// series rather than its 27 label values: about 1 KiB less per open
+// connection (gozt bench idle-memory), and each close updates the counters
+// without hashing the labels again. The map grows like the CounterVecs'
+// own children, which are never deleted either.
+type series struct {
+	labels                                 trafficLabels
+	opened, closed, failed, received, sent prometheus.Counter
+}
+
+// seriesFor returns the shared series of l.
+func (m *Metrics) seriesFor(l *trafficLabels) *series {
+	m.mu.RLock()
+	s := m.series[*l]
+	m.mu.RUnlock()
+	if s != nil {
+		return s
+	}
+	v := l.values()
+	s = &series{
+		labels:   *l,
+		opened:   m.opened.WithLabelValues(v...),
+		closed:   m.closed.WithLabelValues(v...),
+		failed:   m.failed.WithLabelValues(v...),
+		received: m.received.WithLabelValues(v...),
+		sent:     m.sent.WithLabelValues(v...),
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if old := m.series[*l]; old != nil {
+		return old
+	}
+	m.series[*l] = s
+	return s
 }
 
 // NewMetrics registers the traffic metrics with reg.
@@ -67,6 +109,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		sockets: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "istio_tcp_sockets_open", Help: "The current number of open TCP sockets (unstable)",
 		}, []string{"reporter"}),
+		series: make(map[trafficLabels]*series),
 	}
 	reg.MustRegister(m.sockets)
 	return m
@@ -159,43 +202,53 @@ func principal(id identity.Identity) string {
 }
 
 // connRecord follows one proxied connection from open to close: metrics and
-// the access log line (SPEC §7.1, §7.3).
+// the access log line (SPEC §7.1, §7.3). It lives as long as the connection,
+// so it is kept small: the labels are in the shared series.
 type connRecord struct {
 	m       *Metrics
 	log     *slog.Logger
-	labels  trafficLabels
-	values  []string
+	s       *series
 	start   time.Time
 	inbound bool
 
-	srcAddr, dstAddr, hboneAddr string
+	srcAddr, dstAddr netip.AddrPort
+	hboneAddr        string
 }
 
 // open records the connection as opened.
 func (m *Metrics) open(log *slog.Logger, l trafficLabels, inbound bool) *connRecord {
-	r := &connRecord{m: m, log: log, labels: l, start: time.Now(), inbound: inbound}
-	r.values = l.values()
-	m.opened.WithLabelValues(r.values...).Inc()
+	r := &connRecord{m: m, log: log, s: m.seriesFor(&l), start: time.Now(), inbound: inbound}
+	r.s.opened.Inc()
 	return r
+}
+
+// setFlag sets the response flag the close is recorded with.
+func (r *connRecord) setFlag(flag string) {
+	if r.s.labels.responseFlags == flag {
+		return
+	}
+	l := r.s.labels
+	l.responseFlags = flag
+	r.s = r.m.seriesFor(&l)
 }
 
 // fail closes a connection that failed before carrying bytes. The close
 // carries the failure flag; the open was recorded with "-" as ztunnel does
 // (the flag is only known at the end).
 func (r *connRecord) fail(flag string, err error) {
-	r.labels.responseFlags = flag
-	r.values = r.labels.values()
+	r.setFlag(flag)
 	r.close(0, 0, err)
 }
 
 // close records bytes, the close, and writes the access log. sent is what
 // flowed client→server (request direction), recv server→client.
 func (r *connRecord) close(requestBytes, responseBytes int64, err error) {
-	r.m.received.WithLabelValues(r.values...).Add(float64(requestBytes))
-	r.m.sent.WithLabelValues(r.values...).Add(float64(responseBytes))
-	r.m.closed.WithLabelValues(r.values...).Inc()
-	if r.labels.responseFlags != flagNone && r.labels.responseFlags != "" {
-		r.m.failed.WithLabelValues(r.values...).Inc()
+	s := r.s
+	s.received.Add(float64(requestBytes))
+	s.sent.Add(float64(responseBytes))
+	s.closed.Inc()
+	if s.labels.responseFlags != flagNone && s.labels.responseFlags != "" {
+		s.failed.Inc()
 	}
 	// bytes_sent / bytes_recv are from the reporting ztunnel's view toward
 	// its peer (SPEC §7.3).
@@ -206,27 +259,27 @@ func (r *connRecord) close(requestBytes, responseBytes int64, err error) {
 		direction = "inbound"
 	}
 	attrs := []slog.Attr{
-		slog.String("src.addr", r.srcAddr),
-		slog.String("src.workload", r.labels.srcWorkload),
-		slog.String("src.namespace", r.labels.srcNamespace),
+		slog.String("src.addr", r.srcAddr.String()),
+		slog.String("src.workload", s.labels.srcWorkload),
+		slog.String("src.namespace", s.labels.srcNamespace),
 	}
 	// Identities are logged only for mTLS connections (SPEC §7.3); they are
 	// the principals already in the labels.
-	mtls := r.labels.securityPolicy == securityMutualTLS
-	if mtls && r.labels.srcPrincipal != "" {
-		attrs = append(attrs, slog.String("src.identity", r.labels.srcPrincipal))
+	mtls := s.labels.securityPolicy == securityMutualTLS
+	if mtls && s.labels.srcPrincipal != "" {
+		attrs = append(attrs, slog.String("src.identity", s.labels.srcPrincipal))
 	}
-	attrs = append(attrs, slog.String("dst.addr", r.dstAddr))
+	attrs = append(attrs, slog.String("dst.addr", r.dstAddr.String()))
 	if r.hboneAddr != "" {
 		attrs = append(attrs, slog.String("dst.hbone_addr", r.hboneAddr))
 	}
 	attrs = append(attrs,
-		slog.String("dst.service", r.labels.dstService),
-		slog.String("dst.workload", r.labels.dstWorkload),
-		slog.String("dst.namespace", r.labels.dstNamespace),
+		slog.String("dst.service", s.labels.dstService),
+		slog.String("dst.workload", s.labels.dstWorkload),
+		slog.String("dst.namespace", s.labels.dstNamespace),
 	)
-	if mtls && r.labels.dstPrincipal != "" {
-		attrs = append(attrs, slog.String("dst.identity", r.labels.dstPrincipal))
+	if mtls && s.labels.dstPrincipal != "" {
+		attrs = append(attrs, slog.String("dst.identity", s.labels.dstPrincipal))
 	}
 	attrs = append(attrs,
 		slog.String("direction", direction),

@@ -90,7 +90,7 @@ func (p *Proxy) openOutbound(down net.Conn, dst netip.AddrPort) (net.Conn, *conn
 		labels.securityPolicy = securityMutualTLS
 	}
 	rec := p.cfg.Metrics.open(p.accessLog, labels, false)
-	rec.srcAddr, rec.dstAddr = downAddr.String(), rt.dial.String()
+	rec.srcAddr, rec.dstAddr = downAddr, rt.dial
 	if rt.kind == routeHBONE {
 		rec.hboneAddr = rt.authority
 	}

@@ -54,7 +54,7 @@ func (p *Proxy) acceptPlaintext(c net.Conn) (net.Conn, *connRecord, func(error) 
 		labels.responseFlags = flagConnect
 	}
 	rec := p.cfg.Metrics.open(p.accessLog, labels, true)
-	rec.srcAddr, rec.dstAddr = src.String(), dst.String()
+	rec.srcAddr, rec.dstAddr = src, dst
 	if err != nil {
 		rec.close(0, 0, err)
 		return nil, nil, nil

@@ -423,8 +423,7 @@ func (p *Proxy) watchPolicy(info connmgr.Info, rec *connRecord, legs ...net.Conn
 	return func(err error) error {
 		unregister()
 		if reason := closed.Load(); reason != nil {
-			rec.labels.responseFlags = flagDeny
-			rec.values = rec.labels.values()
+			rec.setFlag(flagDeny)
 			return *reason
 		}
 		return err
