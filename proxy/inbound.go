@@ -49,6 +49,10 @@ func (p *Proxy) handleInbound(c net.Conn) bool {
 		p.log.Debug("inbound tls handshake failed", "src.addr", c.RemoteAddr(), "error", err)
 		return false
 	}
+	cs := tc.ConnectionState()
+	id, _ := certs.PeerIdentity(&cs) // zero when absent, as before: no identity
+	p.peers.Store(tc, id)
+	defer p.peers.Delete(tc)
 	if err := p.hbone.ServeConn(p.lifetime, tc); err != nil {
 		p.log.Debug("inbound hbone connection ended", "src.addr", c.RemoteAddr(), "error", err)
 	}
@@ -155,7 +159,9 @@ func (p *Proxy) checkConnect(s *hbone.ServerStream) (inboundRequest, *inboundErr
 	conn := s.Conn()
 	req.src = addrPortOf(conn.RemoteAddr())
 	req.l3dst = addrPortOf(conn.LocalAddr())
-	if tc, ok := conn.(*tls.Conn); ok {
+	if id, ok := p.peers.Load(conn); ok {
+		req.srcID = id.(identity.Identity)
+	} else if tc, ok := conn.(*tls.Conn); ok {
 		cs := tc.ConnectionState()
 		req.srcID, _ = certs.PeerIdentity(&cs)
 	}

@@ -130,6 +130,11 @@ type Proxy struct {
 	closing   bool
 
 	wg sync.WaitGroup // accept loops and connection handlers
+
+	// peers holds the client identity of each inbound HBONE connection
+	// (*tls.Conn → identity.Identity), taken from its certificate once at
+	// the handshake rather than for every CONNECT on it.
+	peers sync.Map
 }
 
 // New validates cfg and returns a Proxy that has not bound anything yet.
