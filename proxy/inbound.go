@@ -302,13 +302,13 @@ func (p *Proxy) dialSpoofed(src netip.Addr, dst netip.AddrPort) (net.Conn, error
 	}
 	ctx, cancel := context.WithTimeout(p.lifetime, connectTimeout)
 	defer cancel()
-	d := sockopt.Dialer(bind, sockopt.Options{Mark: p.cfg.Mark})
+	d := p.dialer(bind)
 	c, err := d.DialContext(ctx, "tcp", dst.String())
 	if err != nil && bind.IsValid() && p.cfg.Spoof == SpoofAuto && isBindError(err) {
 		// Preserving the source failed (no IP_TRANSPARENT privilege):
 		// connect without it, as ztunnel does.
 		p.log.Debug("source-preserving dial failed; dialing without", "src", bind, "dst", dst, "error", err)
-		d = sockopt.Dialer(netip.Addr{}, sockopt.Options{Mark: p.cfg.Mark})
+		d = p.dialer(netip.Addr{})
 		c, err = d.DialContext(ctx, "tcp", dst.String())
 	}
 	if err != nil {

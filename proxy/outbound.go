@@ -109,7 +109,7 @@ func (p *Proxy) dialOutbound(src *state.Workload, srcID string, downAddr netip.A
 	ctx, cancel := context.WithTimeout(p.lifetime, connectTimeout)
 	defer cancel()
 	if rt.kind != routeHBONE {
-		d := sockopt.Dialer(p.cfg.OutboundSource, sockopt.Options{Mark: p.cfg.Mark})
+		d := p.dialer(p.cfg.OutboundSource)
 		c, err := d.DialContext(ctx, "tcp", rt.dial.String())
 		if err != nil {
 			return nil, fmt.Errorf("connect %s: %w", rt.dial, err)
@@ -150,7 +150,7 @@ func (p *Proxy) dialHBONE(ctx context.Context, key hbone.Key) (*hbone.ClientConn
 	if err != nil {
 		return nil, fmt.Errorf("certificate for %s: %w", id, err)
 	}
-	d := sockopt.Dialer(p.cfg.OutboundSource, sockopt.Options{Mark: p.cfg.Mark})
+	d := p.dialer(p.cfg.OutboundSource)
 	raw, err := d.DialContext(ctx, "tcp", key.Dst.String())
 	if err != nil {
 		return nil, fmt.Errorf("connect %s: %w", key.Dst, err)

@@ -84,6 +84,11 @@ type Config struct {
 	Spoof SpoofMode
 	// Mark, if non-zero, is set as SO_MARK on every socket.
 	Mark uint32
+	// KeepAlive is the TCP keep-alive of upstream sockets and of sockets
+	// accepted on 15001 and 15006 (SPEC §0.3 KEEPALIVE_*); nil means
+	// ztunnel's defaults (DefaultKeepAlive), Enable false turns it off.
+	// Sockets on 15008 rely on HTTP/2 PINGs instead.
+	KeepAlive *net.KeepAliveConfig
 	// Logger receives operational logs; AccessLog the per-connection lines.
 	// If nil, logs are discarded.
 	Logger    *slog.Logger
@@ -102,6 +107,10 @@ const (
 	// SpoofOff never binds the source IP.
 	SpoofOff
 )
+
+// DefaultKeepAlive is ztunnel's TCP keep-alive: probes after 180 s idle,
+// every 180 s, 9 of them (SPEC §0.3).
+var DefaultKeepAlive = net.KeepAliveConfig{Enable: true, Idle: 180 * time.Second, Interval: 180 * time.Second, Count: 9}
 
 const (
 	handshakeTimeout = 10 * time.Second // TLS handshake deadline on 15008 (TESTPLAN 21)
@@ -196,8 +205,8 @@ func (p *Proxy) Listen(ctx context.Context) (err error) {
 		opts sockopt.Options
 	}
 	specs := []spec{
-		{"outbound", OutboundPort, sockopt.Options{Transparent: true, Mark: p.cfg.Mark}},
-		{"plaintext", PlaintextPort, sockopt.Options{Transparent: true, Mark: p.cfg.Mark}},
+		{"outbound", OutboundPort, sockopt.Options{Transparent: true, Mark: p.cfg.Mark, KeepAlive: p.keepAlive()}},
+		{"plaintext", PlaintextPort, sockopt.Options{Transparent: true, Mark: p.cfg.Mark, KeepAlive: p.keepAlive()}},
 		{"inbound", InboundPort, sockopt.Options{Transparent: true, Mark: p.cfg.Mark}},
 	}
 	if p.cfg.EnableSOCKS5 {
@@ -223,6 +232,19 @@ func (p *Proxy) Listen(ctx context.Context) (err error) {
 		}
 	}
 	return nil
+}
+
+// keepAlive is the keep-alive of upstream and captured sockets.
+func (p *Proxy) keepAlive() net.KeepAliveConfig {
+	if p.cfg.KeepAlive == nil {
+		return DefaultKeepAlive
+	}
+	return *p.cfg.KeepAlive
+}
+
+// dialer returns the dialer of upstream sockets bound to src (if valid).
+func (p *Proxy) dialer(src netip.Addr) *net.Dialer {
+	return sockopt.Dialer(src, sockopt.Options{Mark: p.cfg.Mark, KeepAlive: p.keepAlive()})
 }
 
 // Addrs returns the bound listener addresses by name.

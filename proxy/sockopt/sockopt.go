@@ -44,9 +44,10 @@ type Options struct {
 	// If zero, no mark is set.
 	Mark uint32
 
-	// KeepAlive is the TCP keep-alive period. If zero, Go's default (15 s)
-	// is used; a negative value turns keep-alives off.
-	KeepAlive time.Duration
+	// KeepAlive configures TCP keep-alive on the socket (accepted sockets,
+	// for a listener). Its zero value turns keep-alive off; with Enable,
+	// zero durations and count take Go's defaults.
+	KeepAlive net.KeepAliveConfig
 }
 
 // dialTimeout bounds a Dialer's connect (SPEC §2.1: ztunnel's 10 s).
@@ -55,7 +56,10 @@ const dialTimeout = 10 * time.Second
 // ListenConfig returns a net.ListenConfig whose Control sets the options o
 // on each listening socket before it binds.
 func ListenConfig(o Options) net.ListenConfig {
-	lc := net.ListenConfig{KeepAlive: o.KeepAlive}
+	lc := net.ListenConfig{KeepAlive: -1}
+	if o.KeepAlive.Enable {
+		lc.KeepAliveConfig = o.KeepAlive
+	}
 	if o.any() {
 		lc.Control = listenControl(o)
 	}
@@ -84,7 +88,10 @@ func ListenConfig(o Options) net.ListenConfig {
 // An IPv4-mapped IPv6 src is used as IPv4. The options in o are set on every
 // socket; the connect timeout is 10 s; TCP_NODELAY stays on (Go's default).
 func Dialer(src netip.Addr, o Options) *net.Dialer {
-	d := &net.Dialer{Timeout: dialTimeout, KeepAlive: o.KeepAlive}
+	d := &net.Dialer{Timeout: dialTimeout, KeepAlive: -1}
+	if o.KeepAlive.Enable {
+		d.KeepAliveConfig = o.KeepAlive
+	}
 	src = src.Unmap()
 	if src.IsValid() {
 		d.LocalAddr = &net.TCPAddr{IP: src.AsSlice(), Zone: src.Zone()}

@@ -162,3 +162,72 @@ func TestInNetnsBadPath(t *testing.T) {
 		t.Errorf("InNetns(missing path) = %v, fn called %v; want an error and no call", err, called)
 	}
 }
+
+// keepAliveOf reads a socket's keep-alive settings: SO_KEEPALIVE,
+// TCP_KEEPIDLE, TCP_KEEPINTVL, TCP_KEEPCNT.
+func keepAliveOf(t *testing.T, c *net.TCPConn) [4]int {
+	t.Helper()
+	rc, err := c.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out [4]int
+	var gerr error
+	opts := [4][2]int{
+		{unix.SOL_SOCKET, unix.SO_KEEPALIVE}, {unix.IPPROTO_TCP, unix.TCP_KEEPIDLE},
+		{unix.IPPROTO_TCP, unix.TCP_KEEPINTVL}, {unix.IPPROTO_TCP, unix.TCP_KEEPCNT},
+	}
+	if err := rc.Control(func(fd uintptr) {
+		for i, o := range opts {
+			if out[i], gerr = unix.GetsockoptInt(int(fd), o[0], o[1]); gerr != nil {
+				return
+			}
+		}
+	}); err != nil || gerr != nil {
+		t.Fatal(err, gerr)
+	}
+	return out
+}
+
+// TestKeepAlive checks that Options.KeepAlive reaches dialed and accepted
+// sockets as configured, and that its zero value leaves keep-alive off.
+func TestKeepAlive(t *testing.T) {
+	ztunnel := net.KeepAliveConfig{Enable: true, Idle: 180 * time.Second, Interval: 180 * time.Second, Count: 9}
+	for _, tc := range []struct {
+		name string
+		ka   net.KeepAliveConfig
+		want [4]int
+	}{
+		{"ztunnel defaults", ztunnel, [4]int{1, 180, 180, 9}},
+		{"off", net.KeepAliveConfig{}, [4]int{0, -1, -1, -1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lc := sockopt.ListenConfig(sockopt.Options{KeepAlive: tc.ka})
+			ln, err := lc.Listen(t.Context(), "tcp4", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			d := sockopt.Dialer(netip.Addr{}, sockopt.Options{KeepAlive: tc.ka})
+			c, err := d.Dial("tcp4", ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			s, err := ln.Accept()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			for side, conn := range map[string]net.Conn{"dialed": c, "accepted": s} {
+				got := keepAliveOf(t, conn.(*net.TCPConn))
+				if got[0] != tc.want[0] {
+					t.Errorf("%s: SO_KEEPALIVE = %d, want %d", side, got[0], tc.want[0])
+				}
+				if tc.want[0] == 1 && got != tc.want {
+					t.Errorf("%s: keep-alive (on, idle, interval, count) = %v, want %v", side, got, tc.want)
+				}
+			}
+		})
+	}
+}

@@ -66,7 +66,12 @@ type Config struct {
 	PacketMark      uint32        `json:"packetMark"`
 	EnableSOCKS5    bool          `json:"enableSOCKS5"`
 	IPv6Enabled     bool          `json:"ipv6Enabled"`
-	LogFormat       string        `json:"logFormat"`
+	// TCP keep-alive of upstream and captured sockets (KEEPALIVE_*).
+	KeepaliveEnabled  bool          `json:"keepaliveEnabled"`
+	KeepaliveTime     time.Duration `json:"keepaliveTime"`
+	KeepaliveInterval time.Duration `json:"keepaliveInterval"`
+	KeepaliveRetries  int           `json:"keepaliveRetries"`
+	LogFormat         string        `json:"logFormat"`
 }
 
 // Load resolves the configuration from environ (os.Environ in production).
@@ -102,6 +107,11 @@ func Load(environ []string) (Config, error) {
 		EnableSOCKS5:    l.boolean("UNSTABLE_ENABLE_SOCKS5", false),
 		IPv6Enabled:     l.boolean("IPV6_ENABLED", true),
 		EnableOrigSrc:   l.optBool("ENABLE_ORIG_SRC"),
+
+		KeepaliveEnabled:  l.boolean("KEEPALIVE_ENABLED", true),
+		KeepaliveTime:     l.duration("KEEPALIVE_TIME", 180*time.Second),
+		KeepaliveInterval: l.duration("KEEPALIVE_INTERVAL", 180*time.Second),
+		KeepaliveRetries:  l.positiveInt("KEEPALIVE_RETRIES", 9),
 	}
 	c.Meta, c.MetaJSON, c.XDSHeaders, c.CAHeaders = prefixed(&l, environ)
 	c.IstioVersion = orDefault(c.Meta["ISTIO_VERSION"], "unknown")

@@ -28,6 +28,10 @@ func TestDefaults(t *testing.T) {
 		"instance":    {c.InstanceIP, "1.1.1.1"},
 		"version":     {c.IstioVersion, "unknown"},
 		"td":          {c.TrustDomain, "cluster.local"},
+		"keepalive":   {c.KeepaliveEnabled, true},
+		"ka time":     {c.KeepaliveTime, 180 * time.Second},
+		"ka interval": {c.KeepaliveInterval, 180 * time.Second},
+		"ka retries":  {c.KeepaliveRetries, 9},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("default %s = %v, want %v", name, tc.got, tc.want)
@@ -45,6 +49,7 @@ func TestValues(t *testing.T) {
 		"XDS_HEADER_X_TEST=1", "CA_HEADER_Y=2",
 		"TERMINATION_GRACE_PERIOD_SECONDS=30",
 		"ENABLE_ORIG_SRC=false",
+		"KEEPALIVE_ENABLED=false", "KEEPALIVE_TIME=30s", "KEEPALIVE_INTERVAL=1m", "KEEPALIVE_RETRIES=3",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -63,6 +68,9 @@ func TestValues(t *testing.T) {
 	}
 	if c.DrainDeadline != 25*time.Second || c.PacketMark != 0 || c.EnableOrigSrc == nil || *c.EnableOrigSrc {
 		t.Errorf("drain %v mark %d origsrc %v", c.DrainDeadline, c.PacketMark, c.EnableOrigSrc)
+	}
+	if c.KeepaliveEnabled || c.KeepaliveTime != 30*time.Second || c.KeepaliveInterval != time.Minute || c.KeepaliveRetries != 3 {
+		t.Errorf("keepalive %v %v %v %d", c.KeepaliveEnabled, c.KeepaliveTime, c.KeepaliveInterval, c.KeepaliveRetries)
 	}
 	c, err = Load([]string{"XDS_ADDRESS="})
 	if err != nil || c.XDSAddress != "" {
@@ -89,6 +97,10 @@ func TestBadValues(t *testing.T) {
 		"TERMINATION_GRACE_PERIOD_SECONDS=-1",
 		"ISTIO_METAJSON_X={bad",
 		"LOCAL_XDS_PATH=/a",
+		"KEEPALIVE_ENABLED=sometimes",
+		"KEEPALIVE_TIME=0s",
+		"KEEPALIVE_INTERVAL=3",
+		"KEEPALIVE_RETRIES=-1",
 	} {
 		env := []string{kv}
 		name, _, _ := strings.Cut(kv, "=")

@@ -323,8 +323,12 @@ func (n *Node) startProxy(ctx context.Context) error {
 		PoolIdleTimeout: env.PoolIdleTimeout,
 		Spoof:           spoof,
 		Mark:            env.PacketMark,
-		Logger:          n.log.With("scope", "proxy"),
-		AccessLog:       n.log.With("scope", "access"),
+		KeepAlive: &net.KeepAliveConfig{
+			Enable: env.KeepaliveEnabled, Idle: env.KeepaliveTime,
+			Interval: env.KeepaliveInterval, Count: env.KeepaliveRetries,
+		},
+		Logger:    n.log.With("scope", "proxy"),
+		AccessLog: n.log.With("scope", "access"),
 	})
 	if err != nil {
 		return err
