@@ -31,6 +31,14 @@ type Config struct {
 	// PingTimeout is how long a PING may stay unacknowledged before the
 	// connection is closed. If zero, 20s is used.
 	PingTimeout time.Duration
+	// IdleTimeout is, for a server, how long a connection may go without
+	// any stream before it is sent GOAWAY and closed: a peer that completes
+	// TLS and then only answers PINGs must not hold the connection forever
+	// (TESTPLAN 22). It is checked at each PING tick, so the close comes
+	// up to one PingInterval late. If zero, 10 minutes (twice ztunnel's
+	// client pool release, POOL_UNUSED_RELEASE_TIMEOUT, so a well-behaved
+	// client closes first); negative turns it off. Clients ignore it.
+	IdleTimeout time.Duration
 	// Logger receives diagnostics, or nil to discard them.
 	Logger *slog.Logger
 }
@@ -45,6 +53,7 @@ const (
 	defaultClientHeaderList = 16 << 10
 	defaultPingInterval     = 10 * time.Second
 	defaultPingTimeout      = 20 * time.Second
+	defaultIdleTimeout      = 10 * time.Minute
 
 	// initialWindow is the RFC 9113 §6.9.2 initial window of every stream and
 	// of the connection before SETTINGS/WINDOW_UPDATE change it.
@@ -67,6 +76,7 @@ type resolved struct {
 	maxHeaderList uint32
 	pingInterval  time.Duration
 	pingTimeout   time.Duration
+	idleTimeout   time.Duration // 0: none
 	logger        *slog.Logger
 }
 
@@ -98,6 +108,14 @@ func (c Config) resolve(server bool) resolved {
 	}
 	if r.pingTimeout <= 0 {
 		r.pingTimeout = defaultPingTimeout
+	}
+	if server {
+		switch {
+		case c.IdleTimeout == 0:
+			r.idleTimeout = defaultIdleTimeout
+		case c.IdleTimeout > 0:
+			r.idleTimeout = c.IdleTimeout
+		}
 	}
 	if r.logger == nil {
 		r.logger = slog.New(slog.DiscardHandler)

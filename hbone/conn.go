@@ -97,8 +97,9 @@ type conn struct {
 	pingData       [8]byte
 	pingSeq        uint64
 	pingTimer      *time.Timer
-	onIdle         func() // client: called when active drops to zero
-	onDone         func() // client: called once when the connection fails
+	lastStream     time.Time // when a stream last opened or ended (server idle timeout)
+	onIdle         func()    // client: called when active drops to zero
+	onDone         func()    // client: called once when the connection fails
 
 	done       chan struct{} // closed when err is set
 	settingsCh chan struct{} // closed when the peer's first SETTINGS arrives
@@ -154,6 +155,7 @@ func (c *conn) startBackground() {
 	c.bg.Add(1)
 	go c.flushLoop()
 	c.mu.Lock()
+	c.lastStream = time.Now()
 	c.pingTimer = time.AfterFunc(c.cfg.pingInterval, c.pingTick)
 	c.mu.Unlock()
 }
@@ -179,6 +181,12 @@ func (c *conn) pingTick() {
 	defer c.bg.Done()
 	now := time.Now()
 	c.mu.Lock()
+	if c.idleTooLongLocked(now) {
+		c.mu.Unlock()
+		c.log.Debug("hbone: closing idle connection", "remote", c.nc.RemoteAddr())
+		c.goAway()
+		c.mu.Lock()
+	}
 	if c.pingOut {
 		if wait := c.pingSent.Add(c.cfg.pingTimeout).Sub(now); wait > 0 {
 			c.pingTimer.Reset(wait)
@@ -204,6 +212,13 @@ func (c *conn) pingTick() {
 	c.pingTimer.Reset(min(c.cfg.pingInterval, c.cfg.pingTimeout))
 	c.mu.Unlock()
 	c.queueCtrl(ctrlFrame{kind: ctrlPing, data: data})
+}
+
+// idleTooLongLocked reports whether a server connection has had no stream
+// for its idle timeout.
+func (c *conn) idleTooLongLocked(now time.Time) bool {
+	return c.cfg.idleTimeout > 0 && !c.goAwaySent && c.active == 0 && len(c.streams) == 0 &&
+		now.Sub(c.lastStream) >= c.cfg.idleTimeout
 }
 
 // fail marks the connection dead with err (the first error wins), closes the

@@ -548,3 +548,73 @@ func TestClientAgainstBadServer(t *testing.T) {
 		})
 	}
 }
+
+// TestServerIdleTimeout: a peer that keeps its connection alive with PING
+// acks but opens no stream is sent GOAWAY and closed after IdleTimeout
+// (TESTPLAN 22); a connection with an open stream is not, however long the
+// stream lasts, and is closed once it has been idle again that long.
+func TestServerIdleTimeout(t *testing.T) {
+	const idle = 150 * time.Millisecond
+	srv := Config{PingInterval: 10 * time.Millisecond, PingTimeout: time.Second, IdleTimeout: idle}
+	cli := Config{PingInterval: 10 * time.Millisecond, PingTimeout: time.Second}
+
+	t.Run("no stream", func(t *testing.T) {
+		start := time.Now()
+		p := newPair(t, echoHandler, pairOpts{srv: srv, cli: cli})
+		select {
+		case <-p.cc.Done():
+		case <-time.After(5 * time.Second):
+			t.Fatal("connection without streams was never closed")
+		}
+		if d := time.Since(start); d < idle {
+			t.Errorf("closed after %v, before the idle timeout %v", d, idle)
+		}
+		select {
+		case err := <-p.served:
+			p.served <- err // for the cleanup
+			if err != nil {
+				t.Errorf("ServeConn = %v; want a clean end after GOAWAY", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Error("ServeConn did not return after closing the idle connection")
+		}
+	})
+
+	t.Run("open stream", func(t *testing.T) {
+		p := newPair(t, echoHandler, pairOpts{srv: srv, cli: cli})
+		s := p.connect(t.Context())
+		time.Sleep(3 * idle)
+		if _, err := s.Write([]byte("still here")); err != nil {
+			t.Fatalf("write on a long stream: %v", err)
+		}
+		buf := make([]byte, len("still here"))
+		if _, err := io.ReadFull(s, buf); err != nil {
+			t.Fatalf("echo on a long stream: %v", err)
+		}
+		select {
+		case <-p.cc.Done():
+			t.Fatal("connection closed while a stream was open")
+		default:
+		}
+		s.CloseWrite()
+		io.Copy(io.Discard, s)
+		s.Close()
+		select {
+		case <-p.cc.Done():
+		case <-time.After(5 * time.Second):
+			t.Fatal("connection not closed after its last stream ended and it idled")
+		}
+	})
+
+	t.Run("off", func(t *testing.T) {
+		off := srv
+		off.IdleTimeout = -1
+		p := newPair(t, echoHandler, pairOpts{srv: off, cli: cli})
+		time.Sleep(3 * idle)
+		select {
+		case <-p.cc.Done():
+			t.Fatal("connection closed with the idle timeout off")
+		default:
+		}
+	})
+}

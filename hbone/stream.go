@@ -523,6 +523,9 @@ func (c *conn) streamUpdate(s *stream) {
 	}
 	if release {
 		c.active--
+		if c.active == 0 && c.cfg.idleTimeout > 0 {
+			c.lastStream = time.Now()
+		}
 	}
 	idle := release && c.active == 0 && c.err == nil
 	onIdle := c.onIdle
