@@ -19,6 +19,18 @@
 // [Explain] answers the same question with every applicable policy and the
 // outcome of every rule, for /debug/authz and `gozt explain`.
 //
+// # Many policies
+//
+// A Source that is also a [SetSource] serves its namespace and global lists
+// as [Set]s, built once per configuration change by [NewSet]. A Set indexes
+// each policy under keys that any connection it matches must have (an exact
+// principal, a namespace prefix, a source CIDR, ...; see keys.go), so that
+// Evaluate looks up the connection's keys and matches only the candidate
+// policies, in the original order: the same decision, deciding policy and
+// rule as walking every policy, in time that grows with the candidates, not
+// the list (10,000 policies: about 0.3 µs instead of about 1 ms). Policies
+// referenced by the workload are still matched one by one.
+//
 // # Semantics
 //
 // Which policies apply (SPEC §4.2): NAMESPACE-scoped policies of the

@@ -56,8 +56,14 @@ type Target struct {
 // if a referenced key is unknown, deny; then every enforced ALLOW policy in the
 // same order — the first that matches allows; if there was at least one, deny;
 // otherwise allow. Dry-run policies are skipped: they never decide.
+//
+// When src is a SetSource, the namespace and global lists are searched
+// through their Sets' indexes, with the same result.
 func Evaluate(src Source, t Target, c Conn) Decision {
 	in := newInput(&c)
+	if ss, ok := src.(SetSource); ok {
+		return evaluateSets(ss, &t, &in)
+	}
 	d, missing := evalDeny(src, &t, &in)
 	if d.Reason != 0 {
 		return d
@@ -83,6 +89,12 @@ func evalDeny(src Source, t *Target, in *input) (d Decision, missing string) {
 			return d, ""
 		}
 	}
+	return evalRefsDeny(src, t, in)
+}
+
+// evalRefsDeny runs the enforced DENY phase over the referenced policies
+// that do not apply by scope, like evalDeny.
+func evalRefsDeny(src Source, t *Target, in *input) (d Decision, missing string) {
 	for _, key := range t.PolicyRefs {
 		p := src.Policy(key)
 		if p == nil {
@@ -128,6 +140,13 @@ func evalAllow(src Source, t *Target, in *input) Decision {
 			return d
 		}
 	}
+	return evalRefsAllow(src, t, in, n)
+}
+
+// evalRefsAllow runs the enforced ALLOW phase over the referenced policies
+// that do not apply by scope and makes the final decision; n is the number
+// of enforced ALLOW policies that applied before.
+func evalRefsAllow(src Source, t *Target, in *input, n int) Decision {
 	for _, key := range t.PolicyRefs {
 		p := src.Policy(key)
 		if p == nil || appliesByScope(p, t.Namespace) {
@@ -141,6 +160,39 @@ func evalAllow(src Source, t *Target, in *input) Decision {
 		return Decision{Reason: DeniedNoAllowMatched, Rule: -1}
 	}
 	return Decision{Allow: true, Reason: AllowedNoPolicies, Rule: -1}
+}
+
+// evaluateSets is Evaluate for a SetSource: the same phases in the same
+// order, but each Set yields only its candidates, in order. A policy that
+// is not a candidate cannot match, so the first candidate that matches is
+// the first policy that matches; and the count of enforced ALLOW policies
+// comes from the Sets, not from the candidates.
+func evaluateSets(src SetSource, t *Target, in *input) Decision {
+	sets := [2]*Set{src.NamespaceSet(t.Namespace), src.GlobalSet()}
+	var hs [2]hits
+	for i, s := range sets {
+		s.lookup(in, &hs[i])
+	}
+	for i, s := range sets {
+		if d, ok := s.firstMatch(in, &hs[i], denyPhase); ok {
+			return d
+		}
+	}
+	d, missing := evalRefsDeny(src, t, in)
+	if d.Reason != 0 {
+		return d
+	}
+	if missing != "" {
+		return Decision{Reason: DeniedUnknownPolicy, Rule: -1, Missing: missing}
+	}
+	n := 0
+	for i, s := range sets {
+		if d, ok := s.firstMatch(in, &hs[i], allowPhase); ok {
+			return d
+		}
+		n += s.enforcedAllows()
+	}
+	return evalRefsAllow(src, t, in, n)
 }
 
 // allows reports whether p is an enforced ALLOW policy that matches, and if

@@ -172,7 +172,7 @@ func TestMatchFields(t *testing.T) {
 			c := conn(t, src, dst, id)
 			for _, action := range []rbac.Action{rbac.Allow, rbac.Deny} {
 				p := oneMatch(action, tt.m)
-				d := rbac.Evaluate(newFakeSource(p), rbac.Target{Namespace: targetNS}, c)
+				d := evaluate(t, newFakeSource(p), rbac.Target{Namespace: targetNS}, c)
 				if got, want := d.Allow, tt.want == (action == rbac.Allow); got != want {
 					t.Errorf("%v policy: Evaluate(%+v).Allow = %v (%v), want %v", action, c, got, d, want)
 				}
@@ -218,7 +218,7 @@ func TestScopes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			d := rbac.Evaluate(newFakeSource(tt.p), tt.target, defaultConn(t))
+			d := evaluate(t, newFakeSource(tt.p), tt.target, defaultConn(t))
 			if d.Allow == tt.denied {
 				t.Errorf("Evaluate = %v, want denied=%v", d, tt.denied)
 			}
@@ -299,7 +299,7 @@ func TestOrder(t *testing.T) {
 			if tt.noID {
 				c = conn(t, srcDefault, dstDefault, "")
 			}
-			d := rbac.Evaluate(newFakeSource(tt.policies...), rbac.Target{Namespace: "dst", PolicyRefs: tt.refs}, c)
+			d := evaluate(t, newFakeSource(tt.policies...), rbac.Target{Namespace: "dst", PolicyRefs: tt.refs}, c)
 			got := want{Allow: d.Allow, Reason: d.Reason, Missing: d.Missing}
 			if d.Policy != nil {
 				got.Policy = d.Policy.Key()
@@ -360,7 +360,7 @@ func TestEmpty(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			p := policy("dst", "p", rbac.Namespace, tt.action, tt.rules...)
-			d := rbac.Evaluate(newFakeSource(p), rbac.Target{Namespace: "dst"}, defaultConn(t))
+			d := evaluate(t, newFakeSource(p), rbac.Target{Namespace: "dst"}, defaultConn(t))
 			var want rbac.Decision
 			switch {
 			case tt.matches && tt.action == rbac.Allow:
@@ -386,7 +386,7 @@ func TestEmpty(t *testing.T) {
 // closed: it is treated as DENY.
 func TestCorruptAction(t *testing.T) {
 	p := policy("dst", "p", rbac.Namespace, rbac.Action(7), rule())
-	if d := rbac.Evaluate(newFakeSource(p), rbac.Target{Namespace: "dst"}, defaultConn(t)); d.Allow {
+	if d := evaluate(t, newFakeSource(p), rbac.Target{Namespace: "dst"}, defaultConn(t)); d.Allow {
 		t.Errorf("Evaluate with action 7 = %v, want denied", d)
 	}
 }
@@ -476,24 +476,29 @@ func TestEvaluateNoAllocs(t *testing.T) {
 		{"no-allow-matched", conn(t, "[fe80::1%eth0]:40000", "[::ffff:10.1.0.5]:9999", "spiffe://td/ns/frontend/sa/web"),
 			rbac.DeniedNoAllowMatched},
 	}
-	for _, tt := range tests {
+	for _, s := range []struct {
+		name string
+		src  rbac.Source
+	}{{"linear", src}, {"indexed sets", src.indexed()}, {"NewSet sets", src.throughNewSet()}} {
+		for _, tt := range tests {
+			var d rbac.Decision
+			allocs := testing.AllocsPerRun(200, func() { d = rbac.Evaluate(s.src, target, tt.c) })
+			if allocs != 0 {
+				t.Errorf("%s %s: Evaluate allocates %v times per run, want 0", s.name, tt.name, allocs)
+			}
+			if d.Reason != tt.want {
+				t.Errorf("%s %s: Evaluate = %v, want reason %v", s.name, tt.name, d, tt.want)
+			}
+		}
+		unknown := target
+		unknown.PolicyRefs = append([]string{"apps/not-yet-received"}, target.PolicyRefs...)
+		c := tests[0].c
 		var d rbac.Decision
-		allocs := testing.AllocsPerRun(200, func() { d = rbac.Evaluate(src, target, tt.c) })
-		if allocs != 0 {
-			t.Errorf("%s: Evaluate allocates %v times per run, want 0", tt.name, allocs)
+		if allocs := testing.AllocsPerRun(200, func() { d = rbac.Evaluate(s.src, unknown, c) }); allocs != 0 {
+			t.Errorf("%s unknown reference: Evaluate allocates %v times per run, want 0", s.name, allocs)
 		}
-		if d.Reason != tt.want {
-			t.Errorf("%s: Evaluate = %v, want reason %v", tt.name, d, tt.want)
+		if d.Reason != rbac.DeniedUnknownPolicy {
+			t.Errorf("%s unknown reference: Evaluate = %v, want %v", s.name, d, rbac.DeniedUnknownPolicy)
 		}
-	}
-	unknown := target
-	unknown.PolicyRefs = append([]string{"apps/not-yet-received"}, target.PolicyRefs...)
-	c := tests[0].c
-	var d rbac.Decision
-	if allocs := testing.AllocsPerRun(200, func() { d = rbac.Evaluate(src, unknown, c) }); allocs != 0 {
-		t.Errorf("unknown reference: Evaluate allocates %v times per run, want 0", allocs)
-	}
-	if d.Reason != rbac.DeniedUnknownPolicy {
-		t.Errorf("unknown reference: Evaluate = %v, want %v", d, rbac.DeniedUnknownPolicy)
 	}
 }

@@ -70,7 +70,10 @@ const (
 )
 
 // Explain evaluates like Evaluate and records every applicable policy and
-// rule outcome. Its Decision is Evaluate's.
+// rule outcome. Its Decision is Evaluate's, through src's Sets when src is a
+// SetSource; the working walks the lists themselves (NamespacePolicies,
+// GlobalPolicies), every policy and not only the index's candidates, so it
+// also shows why a policy that was no candidate did not match.
 func Explain(src Source, t Target, c Conn) Explanation {
 	d := Evaluate(src, t, c)
 	e := Explanation{

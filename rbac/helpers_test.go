@@ -2,6 +2,7 @@ package rbac_test
 
 import (
 	"maps"
+	"math/rand/v2"
 	"net/netip"
 	"slices"
 	"testing"
@@ -137,4 +138,63 @@ func realisticSource() (*fakeSource, rbac.Target) {
 		"istio-system/istio_converted_static_strict", "apps/allow-ops", "apps/dry-run-deny-all",
 		"apps/l7-deny", "apps/allow-frontend",
 	}}
+}
+
+// setSource is a fakeSource that also serves its scope lists as rbac.Sets,
+// the way proxy/state serves them, so that Evaluate uses the Sets' indexes.
+type setSource struct {
+	*fakeSource
+	byNS   map[string]*rbac.Set
+	global *rbac.Set
+}
+
+var _ rbac.SetSource = (*setSource)(nil)
+
+// indexed returns s served through rbac.Sets that are indexed however
+// small. Later changes to s are not seen.
+func (s *fakeSource) indexed() *setSource { return s.sets(rbac.NewIndexedSetForTest) }
+
+// throughNewSet returns s served through rbac.Sets built by NewSet, which
+// leaves small ones unindexed.
+func (s *fakeSource) throughNewSet() *setSource { return s.sets(rbac.NewSet) }
+
+// indexedFrom is indexed, but builds each Set with NewSetFrom from a Set of
+// a shuffled subset of the list and the extra policies, so that the
+// analysis of some policies is reused and that of others is not.
+func (s *fakeSource) indexedFrom(r *rand.Rand, extra []*rbac.Policy) *setSource {
+	return s.sets(func(ps []*rbac.Policy) *rbac.Set {
+		var prev []*rbac.Policy
+		for _, p := range ps {
+			if r.IntN(3) != 0 {
+				prev = append(prev, p)
+			}
+		}
+		prev = append(prev, extra...)
+		r.Shuffle(len(prev), func(i, j int) { prev[i], prev[j] = prev[j], prev[i] })
+		return rbac.NewIndexedSetFromForTest(rbac.NewIndexedSetForTest(prev), ps)
+	})
+}
+
+func (s *fakeSource) sets(newSet func([]*rbac.Policy) *rbac.Set) *setSource {
+	is := &setSource{fakeSource: s, byNS: map[string]*rbac.Set{}, global: newSet(s.global)}
+	for ns, ps := range s.byNS {
+		is.byNS[ns] = newSet(ps)
+	}
+	return is
+}
+
+func (s *setSource) NamespaceSet(ns string) *rbac.Set { return s.byNS[ns] }
+func (s *setSource) GlobalSet() *rbac.Set             { return s.global }
+
+// evaluate returns rbac.Evaluate's decision on src walked linearly, and
+// fails tb if the decision through src's Sets differs in anything.
+func evaluate(tb testing.TB, src *fakeSource, t rbac.Target, c rbac.Conn) rbac.Decision {
+	tb.Helper()
+	d := rbac.Evaluate(src, t, c)
+	for _, is := range []*setSource{src.indexed(), src.throughNewSet()} {
+		if di := rbac.Evaluate(is, t, c); di != d {
+			tb.Errorf("Evaluate(%+v, %+v): linear %v (%+v), through Sets %v (%+v)", t, c, d, d, di, di)
+		}
+	}
+	return d
 }

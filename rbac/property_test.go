@@ -323,18 +323,22 @@ func TestEvaluateMatchesReference(t *testing.T) {
 		g := gen{rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
 		for i := range scenariosPerSeed {
 			src, target := g.scenario()
+			indexed, throughNewSet := src.indexed(), src.throughNewSet()
 			for range 8 {
 				c := g.conn()
-				got, want := rbac.Evaluate(src, target, c), refEvaluate(src, target, c)
-				reasons[got.Reason]++
-				if got.Policy != want.Policy ||
-					!cmp.Equal(want, got, cmpopts.IgnoreFields(rbac.Decision{}, "Policy")) {
-					t.Fatalf("seed %d scenario %d: Evaluate(%+v, %+v) = %v (%+v), reference = %v (%+v)",
-						seed, i, target, c, got, got, want, want)
+				want := refEvaluate(src, target, c)
+				for _, s := range []rbac.Source{src, indexed, throughNewSet} {
+					got := rbac.Evaluate(s, target, c)
+					if got.Policy != want.Policy ||
+						!cmp.Equal(want, got, cmpopts.IgnoreFields(rbac.Decision{}, "Policy")) {
+						t.Fatalf("seed %d scenario %d: Evaluate(%T, %+v, %+v) = %v (%+v), reference = %v (%+v)",
+							seed, i, s, target, c, got, got, want, want)
+					}
+					if e := rbac.Explain(s, target, c); e.Decision != got || explainDecides(e) != got.Reason {
+						t.Fatalf("seed %d scenario %d: Explain(%T) disagrees: %+v, Evaluate = %v", seed, i, s, e, got)
+					}
 				}
-				if e := rbac.Explain(src, target, c); e.Decision != got || explainDecides(e) != got.Reason {
-					t.Fatalf("seed %d scenario %d: Explain disagrees: %+v, Evaluate = %v", seed, i, e, got)
-				}
+				reasons[want.Reason]++
 			}
 		}
 	}

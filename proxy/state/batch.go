@@ -631,17 +631,34 @@ func (b *Batch) flushPolicyIndex() {
 		b.ownNSPolicyTable()
 	}
 	for ns, added := range b.nsAdded {
-		if l := b.rebuildPolicyList(b.next.nsPolicies[ns], added); len(l) > 0 {
-			b.next.nsPolicies[ns] = l
+		if set := b.rebuildPolicySet(b.next.nsPolicies[ns], added); set != nil {
+			b.next.nsPolicies[ns] = set
 		} else {
 			delete(b.next.nsPolicies, ns)
 		}
 	}
 	clear(b.nsAdded)
 	if b.globalDirty {
-		b.next.global = b.rebuildPolicyList(b.next.global, b.globalAdded)
+		b.next.global = b.rebuildPolicySet(b.next.global, b.globalAdded)
 		b.globalDirty, b.globalAdded = false, nil
 	}
+}
+
+// rebuildPolicySet returns the Set of the policies of cur and added that
+// are still in the policies table, or nil if there are none. It returns
+// cur itself when the list is unchanged (policies removed and put back),
+// and otherwise builds the Set's index, once per list per batch: O(size of
+// the policies added) to analyze them, O(m) for the m policies of the list
+// that cur had analyzed already.
+func (b *Batch) rebuildPolicySet(cur *rbac.Set, added []*rbac.Policy) *rbac.Set {
+	l := b.rebuildPolicyList(cur.Policies(), added)
+	switch {
+	case len(l) == 0:
+		return nil
+	case slices.Equal(l, cur.Policies()):
+		return cur
+	}
+	return rbac.NewSetFrom(cur, l)
 }
 
 // rebuildPolicyList returns, in a new slice sorted by key (nil if empty),

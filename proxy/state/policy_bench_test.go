@@ -2,6 +2,7 @@ package state
 
 import (
 	"fmt"
+	"net/netip"
 	"testing"
 
 	"github.com/gozt/gozt/rbac"
@@ -15,6 +16,30 @@ func benchPolicySet(n int, ns func(i int) string, scope func(i int) rbac.Scope) 
 	for i := range ps {
 		j := (i * 7919) % n // 7919 is prime, so this visits every index once
 		ps[i] = policy(ns(j), fmt.Sprintf("p%05d", j), scope(j))
+	}
+	return ps
+}
+
+// meshPolicySet returns n policies of `gozt bench`'s RBAC scenario (the
+// shape of bench/mesh.go benchPolicies: two rules, a principal AND ports,
+// a namespace prefix AND a /24), namespace-scoped in "bench", in a
+// scrambled order.
+func meshPolicySet(n int) []*rbac.Policy {
+	ps := benchPolicySet(n, oneNamespace, namespaceScope)
+	for _, p := range ps {
+		var i int
+		fmt.Sscanf(p.Name, "p%d", &i)
+		p.Action = rbac.Action(i % 2)
+		p.Rules = []rbac.Rule{
+			{Clauses: []rbac.Clause{
+				{Matches: []rbac.Match{{Principals: []rbac.StringMatch{{Kind: rbac.Exact, Value: fmt.Sprintf("cluster.local/ns/team-%d/sa/web", i)}}}}},
+				{Matches: []rbac.Match{{DestinationPorts: []uint16{8080, 9090}}}},
+			}},
+			{Clauses: []rbac.Clause{{Matches: []rbac.Match{{
+				Namespaces: []rbac.StringMatch{{Kind: rbac.Prefix, Value: fmt.Sprintf("team-%d", i)}},
+				SourceIPs:  []netip.Prefix{netip.PrefixFrom(netip.AddrFrom4([4]byte{192, 168, byte(i), 0}), 24)},
+			}}}}},
+		}
 	}
 	return ps
 }
@@ -47,6 +72,7 @@ func BenchmarkInsertPolicies10k(b *testing.B) {
 		{"one-namespace", benchPolicySet(10000, oneNamespace, namespaceScope)},
 		{"100-namespaces-mixed-scope", benchPolicySet(10000, hundredNamespaces, mixedScope)},
 		{"global", benchPolicySet(10000, oneNamespace, globalScope)},
+		{"one-namespace-mesh-rules", meshPolicySet(10000)},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			b.ReportAllocs()
@@ -89,14 +115,23 @@ func BenchmarkRemovePolicies10k(b *testing.B) {
 // 10,000: the steady-state xDS push, which must stay O(n) (one copy of the
 // namespace's list).
 func BenchmarkInsertOnePolicyOf10k(b *testing.B) {
-	ps := benchPolicySet(10000, oneNamespace, namespaceScope)
-	full := NewStore(Config{})
-	full.Update(func(bt *Batch) { _ = insertAll(bt, ps) })
-	base := full.Snapshot()
-	p := policy("bench", "p05000", rbac.Namespace)
-	b.ReportAllocs()
-	for b.Loop() {
-		st := storeAt(base)
-		st.Update(func(bt *Batch) { _ = bt.InsertPolicy(p) })
+	for _, tc := range []struct {
+		name string
+		ps   []*rbac.Policy
+	}{
+		{"no-rules", benchPolicySet(10000, oneNamespace, namespaceScope)},
+		{"mesh-rules", meshPolicySet(10000)},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			full := NewStore(Config{})
+			full.Update(func(bt *Batch) { _ = insertAll(bt, tc.ps) })
+			base := full.Snapshot()
+			p := *base.Policy("bench/p05000")
+			b.ReportAllocs()
+			for b.Loop() {
+				st := storeAt(base)
+				st.Update(func(bt *Batch) { _ = bt.InsertPolicy(&p) })
+			}
+		})
 	}
 }

@@ -27,7 +27,7 @@ type cidrEntry struct {
 	key     string // service key
 }
 
-var _ rbac.Source = (*Snapshot)(nil)
+var _ rbac.SetSource = (*Snapshot)(nil)
 
 // Snapshot is an immutable view of the store at one point in time.
 //
@@ -45,7 +45,8 @@ var _ rbac.Source = (*Snapshot)(nil)
 //     (filtered by health policy) and stagedEndpoints is the part whose
 //     service has not arrived.
 //   - nsPolicies holds only Namespace-scoped policies and global only
-//     Global-scoped ones, each sorted by key.
+//     Global-scoped ones, each an rbac.Set (indexed for Evaluate) sorted by
+//     key; nsPolicies has no entry for a namespace without policies.
 type Snapshot struct {
 	gen        uint64
 	workloads  map[string]*Workload
@@ -56,8 +57,8 @@ type Snapshot struct {
 	cidrs      []cidrEntry
 	byHostname map[string][]*Service
 	policies   map[string]*rbac.Policy
-	nsPolicies map[string][]*rbac.Policy
-	global     []*rbac.Policy
+	nsPolicies map[string]*rbac.Set
+	global     *rbac.Set
 	members    map[string]map[string]Endpoint
 	changes    Changes
 }
@@ -91,7 +92,7 @@ func emptySnapshot() *Snapshot {
 		byVIP:      map[ipKey][]string{},
 		byHostname: map[string][]*Service{},
 		policies:   map[string]*rbac.Policy{},
-		nsPolicies: map[string][]*rbac.Policy{},
+		nsPolicies: map[string]*rbac.Set{},
 		members:    map[string]map[string]Endpoint{},
 	}
 }
@@ -287,11 +288,22 @@ func (s *Snapshot) StagedEndpoints() map[string]map[string]Endpoint {
 
 // NamespacePolicies returns the Namespace-scoped policies of namespace ns,
 // sorted by key. The slice is shared: do not modify it.
-func (s *Snapshot) NamespacePolicies(ns string) []*rbac.Policy { return s.nsPolicies[ns] }
+func (s *Snapshot) NamespacePolicies(ns string) []*rbac.Policy {
+	return s.nsPolicies[ns].Policies()
+}
 
 // GlobalPolicies returns the Global-scoped policies sorted by key. The slice
 // is shared: do not modify it.
-func (s *Snapshot) GlobalPolicies() []*rbac.Policy { return s.global }
+func (s *Snapshot) GlobalPolicies() []*rbac.Policy { return s.global.Policies() }
+
+// NamespaceSet returns NamespacePolicies(ns) as an indexed rbac.Set, or nil
+// when there are none. rbac.Evaluate uses it to match only the candidate
+// policies of a connection.
+func (s *Snapshot) NamespaceSet(ns string) *rbac.Set { return s.nsPolicies[ns] }
+
+// GlobalSet returns GlobalPolicies() as an indexed rbac.Set, or nil when
+// there are none.
+func (s *Snapshot) GlobalSet() *rbac.Set { return s.global }
 
 // Policy returns the policy with key "namespace/name", or nil.
 func (s *Snapshot) Policy(key string) *rbac.Policy { return s.policies[key] }
