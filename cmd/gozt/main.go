@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -96,6 +97,9 @@ func runProxy(stdout, stderr io.Writer) error {
 	}
 	logger := newLogger(stderr, env.LogFormat, level)
 	raiseFileLimit(logger)
+	workers := env.Workers.Count(runtime.NumCPU())
+	runtime.GOMAXPROCS(workers)
+	logger.Info("worker threads", "gomaxprocs", workers, "cpus", runtime.NumCPU())
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	n, err := node.Start(ctx, node.Options{Env: env, Logger: logger, LogLevel: level})

@@ -71,7 +71,9 @@ type Config struct {
 	KeepaliveTime     time.Duration `json:"keepaliveTime"`
 	KeepaliveInterval time.Duration `json:"keepaliveInterval"`
 	KeepaliveRetries  int           `json:"keepaliveRetries"`
-	LogFormat         string        `json:"logFormat"`
+	// Workers decides the worker thread count (GOMAXPROCS).
+	Workers   Workers `json:"workers"`
+	LogFormat string  `json:"logFormat"`
 }
 
 // Load resolves the configuration from environ (os.Environ in production).
@@ -113,6 +115,7 @@ func Load(environ []string) (Config, error) {
 		KeepaliveInterval: l.duration("KEEPALIVE_INTERVAL", 180*time.Second),
 		KeepaliveRetries:  l.positiveInt("KEEPALIVE_RETRIES", 9),
 	}
+	c.Workers = loadWorkers(&l)
 	c.Meta, c.MetaJSON, c.XDSHeaders, c.CAHeaders = prefixed(&l, environ)
 	c.IstioVersion = orDefault(c.Meta["ISTIO_VERSION"], "unknown")
 	c.ClusterID = orDefault(c.Meta["CLUSTER_ID"], l.str("CLUSTER_ID", "Kubernetes"))
