@@ -35,7 +35,8 @@ type rejection struct {
 // answers it: an ACK, or a NACK whose error_detail.message lists every
 // rejected resource as "name: reason; ..." (SPEC §5.1). Valid resources
 // and all removals are applied in one batch even when some are rejected.
-// ack reports whether the answer is an ACK.
+// ack reports whether the answer is an ACK. It consumes resp.Resources (see
+// decodeResources): the caller must not use them afterwards.
 func (c *Client) handleResponse(resp *discoveryv3.DeltaDiscoveryResponse) (req *discoveryv3.DeltaDiscoveryRequest, ack bool) {
 	c.metrics.received(resp)
 	typeURL := resp.GetTypeUrl()
@@ -117,6 +118,9 @@ func (c *Client) apply(typeURL string, held map[string]string, ok []decoded, rem
 			default:
 				err = b.InsertPolicy(d.p)
 			}
+			// The store holds its own copy (or the policy itself) now:
+			// drop ours, so that it can be reclaimed during the push.
+			ok[i].w, ok[i].s, ok[i].p = nil, nil, nil
 			if err != nil {
 				refused[i] = true
 				rejects = append(rejects, rejection{d.name, err})
@@ -140,30 +144,42 @@ func (c *Client) apply(typeURL string, held map[string]string, ok []decoded, rem
 // is not its primary key (workload uid, "namespace/hostname" for services,
 // "namespace/name" for policies: SPEC §5.3), or its name repeats an earlier
 // resource of the same response.
+//
+// It consumes resp.Resources: each entry is set to nil once decoded, so that
+// the memory of a large push is released while it is being converted rather
+// than after it has been applied (every garbage collection during the push
+// would otherwise mark the whole response again).
 func decodeResources(resp *discoveryv3.DeltaDiscoveryResponse) (ok []decoded, rejects []rejection) {
 	typeURL := resp.GetTypeUrl()
-	ok = make([]decoded, 0, len(resp.GetResources()))
-	seen := make(map[string]struct{}, len(resp.GetResources()))
-	for _, r := range resp.GetResources() {
+	rs := resp.GetResources()
+	ok = make([]decoded, 0, len(rs))
+	seen := make(map[string]struct{}, len(rs))
+	in := newInterner()
+	for i, r := range rs {
+		rs[i] = nil
 		name := r.GetName()
 		if _, dup := seen[name]; dup {
 			rejects = append(rejects, rejection{name, errors.New("duplicate resource name in one response")})
 			continue
 		}
-		seen[name] = struct{}{}
-		d, err := decodeResource(typeURL, r)
+		d, err := decodeResource(typeURL, r, in)
 		if err != nil {
+			seen[name] = struct{}{}
 			rejects = append(rejects, rejection{name, err})
 			continue
 		}
+		// d.name is the resource's own key (equal to name): keep that
+		// string, so that the response's copy is released with it.
+		seen[d.name] = struct{}{}
 		ok = append(ok, d)
 	}
 	return ok, rejects
 }
 
 // decodeResource decodes and converts one resource of type typeURL.
-func decodeResource(typeURL string, r *discoveryv3.Resource) (decoded, error) {
-	d := decoded{name: r.GetName(), version: r.GetVersion()}
+// Strings that many resources share are taken from in.
+func decodeResource(typeURL string, r *discoveryv3.Resource, in interner) (decoded, error) {
+	d := decoded{name: r.GetName(), version: in.str(r.GetVersion())}
 	payload := r.GetResource()
 	switch {
 	case payload == nil:
@@ -179,7 +195,7 @@ func decodeResource(typeURL string, r *discoveryv3.Resource) (decoded, error) {
 			return d, fmt.Errorf("decode: %w", err)
 		}
 		var err error
-		if d.w, d.s, err = AddressFromProto(&a); err != nil {
+		if d.w, d.s, err = addressFromProto(&a, in); err != nil {
 			return d, err
 		}
 		if d.w != nil {
@@ -201,5 +217,6 @@ func decodeResource(typeURL string, r *discoveryv3.Resource) (decoded, error) {
 	if key != d.name {
 		return d, fmt.Errorf("resource name is not the resource's key %q", key)
 	}
+	d.name = key
 	return d, nil
 }

@@ -3,8 +3,14 @@ package xds
 import (
 	"crypto/tls"
 	"fmt"
+	"io"
+	"net"
 	"net/netip"
+	"os"
+	"os/exec"
 	"runtime"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -53,6 +59,17 @@ func benchPush(b *testing.B, workloads, services int) *discoveryv3.DeltaDiscover
 	return resp
 }
 
+// reusable returns a response with resp's resources, for handing to
+// handleResponse, which consumes its argument's resource list.
+func reusable(resp *discoveryv3.DeltaDiscoveryResponse) *discoveryv3.DeltaDiscoveryResponse {
+	return &discoveryv3.DeltaDiscoveryResponse{
+		TypeUrl:          resp.GetTypeUrl(),
+		Nonce:            resp.GetNonce(),
+		Resources:        slices.Clone(resp.GetResources()),
+		RemovedResources: resp.GetRemovedResources(),
+	}
+}
+
 // benchmarkApplyPush measures decoding, converting and applying one push
 // into an empty store, the work done per response off the data path. It
 // reports time and bytes allocated per workload (services included in the
@@ -69,7 +86,7 @@ func benchmarkApplyPush(b *testing.B, workloads, services int) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if req, ack := c.handleResponse(resp); !ack {
+		if req, ack := c.handleResponse(reusable(resp)); !ack {
 			b.Fatalf("NACK: %s", req.GetErrorDetail().GetMessage())
 		}
 	}
@@ -121,11 +138,123 @@ func BenchmarkReaderDuringPush100k(b *testing.B) {
 				}
 			}
 		}()
-		if req, ack := c.handleResponse(resp); !ack {
+		if req, ack := c.handleResponse(reusable(resp)); !ack {
 			b.Fatalf("NACK: %s", req.GetErrorDetail().GetMessage())
 		}
 		close(stop)
 		worst = max(worst, <-done)
 	}
 	b.ReportMetric(float64(worst.Nanoseconds()), "max-read-ns")
+}
+
+// BenchmarkNetDuringPush100k measures what a connection served by this
+// process sees while a 100,000-workload push is applied, as gozt bench's
+// xds-push scenario does through the proxies: a goroutine echoes a
+// loopback TCP connection, and a prober in a separate process (this test
+// binary, see TestHelperProber) sends it a 1-byte round trip every
+// millisecond. The echo goroutine is woken by the network poller only, so
+// the longest round trip during the push (max-rtt-ns) is the time a
+// network-ready goroutine waits for a P while the push and its garbage
+// collections run; the prober's own runtime is not disturbed by them.
+func BenchmarkNetDuringPush100k(b *testing.B) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	var worst time.Duration
+	for b.Loop() {
+		// A response of its own, referenced only by handleResponse, as
+		// a received one is.
+		resp := benchPush(b, 100_000, 10_000)
+		st := state.NewStore(state.Config{})
+		c, err := NewClient(Config{Address: "https://istiod:15012", TLS: &tls.Config{}, Store: st})
+		if err != nil {
+			b.Fatal(err)
+		}
+		runtime.GC()
+		cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProber$")
+		cmd.Env = append(os.Environ(), "XDS_HELPER_PROBER="+l.Addr().String())
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			b.Fatal(err)
+		}
+		var out strings.Builder
+		cmd.Stdout = &out
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		conn, err := l.Accept()
+		if err != nil {
+			b.Fatal(err)
+		}
+		echoed := make(chan struct{})
+		go func() {
+			defer close(echoed)
+			var buf [1]byte
+			for {
+				if _, err := io.ReadFull(conn, buf[:]); err != nil {
+					return
+				}
+				if _, err := conn.Write(buf[:]); err != nil {
+					return
+				}
+			}
+		}()
+		time.Sleep(20 * time.Millisecond) // the prober's first round trips
+		if req, ack := c.handleResponse(resp); !ack {
+			b.Fatalf("NACK: %s", req.GetErrorDetail().GetMessage())
+		}
+		stdin.Close()
+		if err := cmd.Wait(); err != nil {
+			b.Fatalf("prober: %v", err)
+		}
+		conn.Close()
+		<-echoed
+		var ns int64
+		if _, err := fmt.Sscan(out.String(), &ns); err != nil {
+			b.Fatalf("prober output %q: %v", out.String(), err)
+		}
+		worst = max(worst, time.Duration(ns))
+	}
+	b.ReportMetric(float64(worst.Nanoseconds()), "max-rtt-ns")
+}
+
+// TestHelperProber is the prober process of BenchmarkNetDuringPush100k, and
+// does nothing in a normal test run. It dials XDS_HELPER_PROBER, sends a
+// 1-byte round trip every millisecond until its stdin closes, and prints
+// the longest round trip in nanoseconds.
+func TestHelperProber(t *testing.T) {
+	addr := os.Getenv("XDS_HELPER_PROBER")
+	if addr == "" {
+		return
+	}
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		close(stop)
+	}()
+	var longest time.Duration
+	var buf [1]byte
+	for {
+		select {
+		case <-stop:
+			fmt.Println(longest.Nanoseconds())
+			os.Exit(0)
+		default:
+		}
+		t0 := time.Now()
+		if _, err := conn.Write(buf[:]); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(conn, buf[:]); err != nil {
+			t.Fatal(err)
+		}
+		longest = max(longest, time.Since(t0))
+		time.Sleep(time.Millisecond)
+	}
 }

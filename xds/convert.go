@@ -30,9 +30,15 @@ const (
 // AddressFromProto converts an istio.workload.Address, which carries either
 // a workload or a service: exactly one of w and s is non-nil when err is nil.
 func AddressFromProto(a *workloadapi.Address) (w *state.Workload, s *state.Service, err error) {
+	return addressFromProto(a, nil)
+}
+
+// addressFromProto is AddressFromProto with the workload's repeated strings
+// taken from in.
+func addressFromProto(a *workloadapi.Address, in interner) (w *state.Workload, s *state.Service, err error) {
 	switch t := a.GetType().(type) {
 	case *workloadapi.Address_Workload:
-		w, err = WorkloadFromProto(t.Workload)
+		w, err = workloadFromProtoIn(t.Workload, in)
 		return w, nil, err
 	case *workloadapi.Address_Service:
 		s, err = ServiceFromProto(t.Service)
@@ -49,42 +55,48 @@ func AddressFromProto(a *workloadapi.Address) (w *state.Workload, s *state.Servi
 // port above 65535, a gateway address without a destination, and a service
 // key that is not "namespace/hostname".
 func WorkloadFromProto(p *workloadapi.Workload) (*state.Workload, error) {
+	return workloadFromProtoIn(p, nil)
+}
+
+// workloadFromProtoIn is WorkloadFromProto with the strings that many
+// workloads share taken from in.
+func workloadFromProtoIn(p *workloadapi.Workload, in interner) (*state.Workload, error) {
 	if p == nil {
 		return nil, errors.New("workload: nil")
 	}
 	if p.GetUid() == "" {
 		return nil, fmt.Errorf("workload %s/%s: empty uid", p.GetNamespace(), p.GetName())
 	}
-	w, err := workloadFromProto(p)
+	w, err := workloadFromProto(p, in)
 	if err != nil {
 		return nil, fmt.Errorf("workload %q: %w", p.GetUid(), err)
 	}
 	return w, nil
 }
 
-func workloadFromProto(p *workloadapi.Workload) (*state.Workload, error) {
+func workloadFromProto(p *workloadapi.Workload, in interner) (*state.Workload, error) {
 	w := &state.Workload{
 		UID:                   p.GetUid(),
 		Name:                  p.GetName(),
-		Namespace:             p.GetNamespace(),
+		Namespace:             in.str(p.GetNamespace()),
 		Hostname:              p.GetHostname(),
-		Network:               p.GetNetwork(),
-		TrustDomain:           orDefault(p.GetTrustDomain(), xdsDefaultTrustDomain),
-		ServiceAccount:        orDefault(p.GetServiceAccount(), xdsDefaultServiceAccount),
-		Node:                  p.GetNode(),
-		CanonicalName:         p.GetCanonicalName(),
-		CanonicalRevision:     p.GetCanonicalRevision(),
-		WorkloadName:          p.GetWorkloadName(),
+		Network:               in.str(p.GetNetwork()),
+		TrustDomain:           orDefault(in.str(p.GetTrustDomain()), xdsDefaultTrustDomain),
+		ServiceAccount:        orDefault(in.str(p.GetServiceAccount()), xdsDefaultServiceAccount),
+		Node:                  in.str(p.GetNode()),
+		CanonicalName:         in.str(p.GetCanonicalName()),
+		CanonicalRevision:     in.str(p.GetCanonicalRevision()),
+		WorkloadName:          in.str(p.GetWorkloadName()),
 		NativeTunnel:          p.GetNativeTunnel(),
-		AuthorizationPolicies: nilIfEmpty(p.GetAuthorizationPolicies()),
-		ClusterID:             orDefault(p.GetClusterId(), xdsDefaultClusterID),
+		AuthorizationPolicies: in.strs(nilIfEmpty(p.GetAuthorizationPolicies())),
+		ClusterID:             orDefault(in.str(p.GetClusterId()), xdsDefaultClusterID),
 		Capacity:              1,
 	}
 	if c := p.GetCapacity(); c != nil {
 		w.Capacity = c.GetValue()
 	}
 	if l := p.GetLocality(); l != nil {
-		w.Locality = state.Locality{Region: l.GetRegion(), Zone: l.GetZone(), Subzone: l.GetSubzone()}
+		w.Locality = state.Locality{Region: in.str(l.GetRegion()), Zone: in.str(l.GetZone()), Subzone: in.str(l.GetSubzone())}
 	}
 	var err error
 	if w.Addresses, err = pbAddrs(p.GetAddresses()); err != nil {
@@ -102,7 +114,7 @@ func workloadFromProto(p *workloadapi.Workload) (*state.Workload, error) {
 	if w.ApplicationTunnel, err = pbAppTunnel(p.GetApplicationTunnel()); err != nil {
 		return nil, err
 	}
-	if w.Services, err = pbWorkloadServices(p.GetServices()); err != nil {
+	if w.Services, err = pbWorkloadServices(p.GetServices(), in); err != nil {
 		return nil, err
 	}
 	return w, nil
@@ -161,7 +173,7 @@ func pbAppTunnel(t *workloadapi.ApplicationTunnel) (*state.ApplicationTunnel, er
 
 // pbWorkloadServices converts the workload's services map ("namespace/hostname"
 // → ports).
-func pbWorkloadServices(m map[string]*workloadapi.PortList) (map[string]state.PortMap, error) {
+func pbWorkloadServices(m map[string]*workloadapi.PortList, in interner) (map[string]state.PortMap, error) {
 	if len(m) == 0 {
 		return nil, nil
 	}
@@ -175,7 +187,7 @@ func pbWorkloadServices(m map[string]*workloadapi.PortList) (map[string]state.Po
 		if err != nil {
 			return nil, fmt.Errorf("services[%q]: %w", key, err)
 		}
-		out[key] = pm
+		out[in.str(key)] = pm
 	}
 	return out, nil
 }

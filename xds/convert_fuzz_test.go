@@ -41,8 +41,16 @@ func FuzzWorkloadFromProto(f *testing.F) {
 			return
 		}
 		w, err := WorkloadFromProto(&p)
+		in := newInterner()
+		wi, erri := workloadFromProtoIn(&p, in)
+		if (err == nil) != (erri == nil) {
+			t.Fatalf("interned conversion error %v, plain %v", erri, err)
+		}
 		if err != nil {
 			return
+		}
+		if diff := cmp.Diff(w, wi, cmpNetip); diff != "" {
+			t.Fatalf("interned conversion differs (-plain +interned):\n%s", diff)
 		}
 		st := state.NewStore(state.Config{})
 		st.Update(func(b *state.Batch) {
