@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 )
 
@@ -79,9 +80,6 @@ func runRole(ctx context.Context, name string, args []string, stdout io.Writer) 
 		runtime.GOMAXPROCS(rf.gomaxprocs)
 	}
 	if rf.cpuprofile != "" {
-		// Profiling runs also sample the heap finely, so the idle-memory
-		// heap profile resolves a few hundred bytes per connection.
-		runtime.MemProfileRate = 256
 		f, err := os.Create(rf.cpuprofile)
 		if err != nil {
 			return err
@@ -174,6 +172,16 @@ func roleCommand(ctx context.Context, r role, line string) (string, error) {
 	case "gc":
 		runtime.GC()
 		debug.FreeOSMemory()
+		return "", nil
+	case "memprofilerate":
+		// Sampling the heap finely (the idle-memory scenario asks for it
+		// before opening its connections when profiling) would distort
+		// the CPU profiles of every other scenario, so it is per command.
+		n, err := strconv.Atoi(argOr(f[1:], 0, ""))
+		if err != nil || n <= 0 {
+			return "", fmt.Errorf("usage: memprofilerate BYTES")
+		}
+		runtime.MemProfileRate = n
 		return "", nil
 	case "heapprofile":
 		if len(f) != 2 {

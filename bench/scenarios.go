@@ -311,6 +311,14 @@ func (e *env) idle(name string, pair func(context.Context) (out, in *child, err 
 			return nil, err
 		}
 		defer stopAll([]*child{out, in})
+		if e.opts.profileDir != "" && !warm {
+			// Resolve a few hundred bytes per connection in the heap profile.
+			for _, c := range []*child{out, in} {
+				if _, err := c.call(ctx, "memprofilerate 256"); err != nil {
+					return nil, err
+				}
+			}
+		}
 		rss0 := rssAfterGC(ctx, out, in)
 		g0, err := goroutines(ctx, out, in)
 		if err != nil {
@@ -467,7 +475,7 @@ func runRBAC(ctx context.Context, e *env) ([]Result, error) {
 	return []Result{
 		row(t, "connection round trip p50, policies in another namespace", s.median(elsewhere, "p50"), "µs", n).vs(none, base).goal(lt1),
 		row(t, "connection round trip p50, all applying to the destination", s.median(onPath, "p50"), "µs", n).vs(none, base).goal(lt1).
-			note("worst case: every policy evaluated on each connection"),
+			note("the worst case for a linear evaluator; gozt finds the candidates through its index"),
 		row(t, "store update inserting 10,000 policies in one batch", st.InitialApplySeconds, "s", 1),
 	}, nil
 }
