@@ -29,15 +29,7 @@ func benchSource(n int) (*fakeSource, rbac.Target) {
 		if i%2 == 0 {
 			p.Action = rbac.Deny
 		}
-		p.Rules = []rbac.Rule{
-			rule(
-				clause(rbac.Match{Principals: sms(exact(fmt.Sprintf("cluster.local/ns/team-%d/sa/web", i)))}),
-				clause(rbac.Match{DestinationPorts: ports(8080, 9090)})),
-			rule(clause(rbac.Match{
-				Namespaces: sms(prefix(fmt.Sprintf("team-%d", i))),
-				SourceIPs:  []netip.Prefix{netip.PrefixFrom(netip.AddrFrom4([4]byte{192, 168, byte(i), 0}), 24)},
-			})),
-		}
+		p.Rules = teamRules(i)
 		if i == n-1 {
 			p.Action = rbac.Allow
 			p.Rules = append(p.Rules, rule(clause(rbac.Match{Principals: sms(exact(clientPrin))})))
@@ -45,6 +37,21 @@ func benchSource(n int) (*fakeSource, rbac.Target) {
 		src.add(p)
 	}
 	return src, t
+}
+
+// teamRules are the two rules of policy i in benchSource and meshSource,
+// which the benchmark client fails: a principal AND a port; a namespace
+// prefix AND a source CIDR.
+func teamRules(i int) []rbac.Rule {
+	return []rbac.Rule{
+		rule(
+			clause(rbac.Match{Principals: sms(exact(fmt.Sprintf("cluster.local/ns/team-%d/sa/web", i)))}),
+			clause(rbac.Match{DestinationPorts: ports(8080, 9090)})),
+		rule(clause(rbac.Match{
+			Namespaces: sms(prefix(fmt.Sprintf("team-%d", i))),
+			SourceIPs:  []netip.Prefix{netip.PrefixFrom(netip.AddrFrom4([4]byte{192, 168, byte(i), 0}), 24)},
+		})),
+	}
 }
 
 // meshSource builds the policies of `gozt bench`'s RBAC scenario
@@ -57,15 +64,7 @@ func meshSource(n int) (*fakeSource, rbac.Target) {
 		if i%2 == 0 {
 			p.Action = rbac.Deny
 		}
-		p.Rules = []rbac.Rule{
-			rule(
-				clause(rbac.Match{Principals: sms(exact(fmt.Sprintf("cluster.local/ns/team-%d/sa/web", i)))}),
-				clause(rbac.Match{DestinationPorts: ports(8080, 9090)})),
-			rule(clause(rbac.Match{
-				Namespaces: sms(prefix(fmt.Sprintf("team-%d", i))),
-				SourceIPs:  []netip.Prefix{netip.PrefixFrom(netip.AddrFrom4([4]byte{192, 168, byte(i), 0}), 24)},
-			})),
-		}
+		p.Rules = teamRules(i)
 		if i == n-1 {
 			p.Action = rbac.Allow
 			p.Rules = append(p.Rules, rule(clause(rbac.Match{ServiceAccounts: sas(sa("client-ns", "client-sa"))})))

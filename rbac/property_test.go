@@ -259,18 +259,26 @@ func (g gen) policy(name string) *rbac.Policy {
 		Action:    rbac.Action(g.r.IntN(2)),
 		DryRun:    g.r.IntN(5) == 0,
 	}
-	for range g.r.IntN(4) {
-		var r rbac.Rule
-		for range g.r.IntN(3) {
-			var c rbac.Clause
-			for range g.r.IntN(3) {
-				c.Matches = append(c.Matches, g.match())
-			}
-			r.Clauses = append(r.Clauses, c)
-		}
-		p.Rules = append(p.Rules, r)
-	}
+	p.Rules = randomRules(g.r, 3, g.match)
 	return p
+}
+
+// randomRules returns up to 3 rules of up to maxClauses-1 clauses of up to
+// 2 matches each, made by match.
+func randomRules(r *rand.Rand, maxClauses int, match func() rbac.Match) []rbac.Rule {
+	var rules []rbac.Rule
+	for range r.IntN(4) {
+		var rl rbac.Rule
+		for range r.IntN(maxClauses) {
+			var c rbac.Clause
+			for range r.IntN(3) {
+				c.Matches = append(c.Matches, match())
+			}
+			rl.Clauses = append(rl.Clauses, c)
+		}
+		rules = append(rules, rl)
+	}
+	return rules
 }
 
 func (g gen) conn() rbac.Conn {

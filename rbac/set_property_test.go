@@ -106,17 +106,7 @@ func (g keyedGen) policy(name string) *rbac.Policy {
 	if g.r.IntN(4) == 0 { // DENY policies that match end the walk: keep them rarer
 		p.Action = rbac.Deny
 	}
-	for range g.r.IntN(4) {
-		var r rbac.Rule
-		for range g.r.IntN(4) {
-			var c rbac.Clause
-			for range g.r.IntN(3) {
-				c.Matches = append(c.Matches, g.match())
-			}
-			r.Clauses = append(r.Clauses, c)
-		}
-		p.Rules = append(p.Rules, r)
-	}
+	p.Rules = randomRules(g.r, 4, g.match)
 	return p
 }
 
