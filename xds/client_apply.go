@@ -51,10 +51,12 @@ func (c *Client) handleResponse(resp *discoveryv3.DeltaDiscoveryResponse) (req *
 	}
 	var good []decoded
 	var rejects []rejection
+	restoreGC := relaxGC(len(resp.GetResources()) + len(resp.GetRemovedResources()))
 	runLowPriority(func() {
 		good, rejects = decodeResources(resp)
 		rejects = c.apply(typeURL, held, good, resp.GetRemovedResources(), rejects)
 	})
+	restoreGC()
 	c.log.Debug("xds response applied", "type", typeURL, "nonce", resp.GetNonce(),
 		"resources", len(resp.GetResources()), "removed", len(resp.GetRemovedResources()), "rejected", len(rejects))
 	if len(rejects) == 0 {
