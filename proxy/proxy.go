@@ -86,7 +86,7 @@ type Config struct {
 	Mark uint32
 	// KeepAlive is the TCP keep-alive of upstream sockets and of sockets
 	// accepted on 15001 and 15006 (SPEC §0.3 KEEPALIVE_*); nil means
-	// ztunnel's defaults (DefaultKeepAlive), Enable false turns it off.
+	// ztunnel's defaults (DefaultKeepAlive()), Enable false turns it off.
 	// Sockets on 15008 rely on HTTP/2 PINGs instead.
 	KeepAlive *net.KeepAliveConfig
 	// Logger receives operational logs; AccessLog the per-connection lines.
@@ -108,9 +108,11 @@ const (
 	SpoofOff
 )
 
-// DefaultKeepAlive is ztunnel's TCP keep-alive: probes after 180 s idle,
-// every 180 s, 9 of them (SPEC §0.3).
-var DefaultKeepAlive = net.KeepAliveConfig{Enable: true, Idle: 180 * time.Second, Interval: 180 * time.Second, Count: 9}
+// DefaultKeepAlive returns ztunnel's TCP keep-alive: probes after 180 s
+// idle, every 180 s, 9 of them (SPEC §0.3).
+func DefaultKeepAlive() net.KeepAliveConfig {
+	return net.KeepAliveConfig{Enable: true, Idle: 180 * time.Second, Interval: 180 * time.Second, Count: 9}
+}
 
 const (
 	handshakeTimeout = 10 * time.Second // TLS handshake deadline on 15008 (TESTPLAN 21)
@@ -237,7 +239,7 @@ func (p *Proxy) Listen(ctx context.Context) (err error) {
 // keepAlive is the keep-alive of upstream and captured sockets.
 func (p *Proxy) keepAlive() net.KeepAliveConfig {
 	if p.cfg.KeepAlive == nil {
-		return DefaultKeepAlive
+		return DefaultKeepAlive()
 	}
 	return *p.cfg.KeepAlive
 }
