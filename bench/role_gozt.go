@@ -18,6 +18,7 @@ import (
 	"github.com/gozt/gozt/certs/localca"
 	"github.com/gozt/gozt/proxy"
 	"github.com/gozt/gozt/proxy/state"
+	"github.com/gozt/gozt/rbac"
 	"github.com/gozt/gozt/xds"
 )
 
@@ -28,7 +29,6 @@ import (
 // outbound (client) and inbound (server) workloads in separate processes,
 // as two nodes would.
 type goztRole struct {
-	noCommands
 	store   *state.Store
 	certs   *certs.Manager
 	proxies []*proxy.Proxy
@@ -36,6 +36,29 @@ type goztRole struct {
 	wg      sync.WaitGroup
 	addrs   map[string]string
 	applied time.Duration // how long the initial batch (config and policies) took
+
+	// The bench policies of --policies, which "policies off" removes and
+	// "policies on" puts back, so that a scenario can measure the same
+	// proxy with and without them.
+	policies []*rbac.Policy
+}
+
+// command serves "policies on" and "policies off".
+func (g *goztRole) command(_ context.Context, name string, args []string) (string, error) {
+	if name != "policies" || len(args) != 1 || (args[0] != "on" && args[0] != "off") {
+		return "", fmt.Errorf("unknown command %q %q (want: policies on|off)", name, args)
+	}
+	var err error
+	g.store.Update(func(b *state.Batch) {
+		for _, p := range g.policies {
+			if args[0] == "off" {
+				b.RemovePolicy(p.Key())
+			} else if err = b.InsertPolicy(p); err != nil {
+				return
+			}
+		}
+	})
+	return "", err
 }
 
 func startGozt(ctx context.Context, args []string) (role, error) {
@@ -53,7 +76,8 @@ func startGozt(ctx context.Context, args []string) (role, error) {
 	}
 	g := &goztRole{addrs: map[string]string{}}
 	var err error
-	if g.store, g.applied, err = loadStore(*cfgPath, *policyNS, *policies); err != nil {
+	g.policies = benchPolicies(*policyNS, *policies)
+	if g.store, g.applied, err = loadStore(*cfgPath, g.policies); err != nil {
 		return nil, err
 	}
 	ca, err := localca.New(localca.Config{Dir: *caDir})
@@ -88,10 +112,9 @@ func startGozt(ctx context.Context, args []string) (role, error) {
 	return g, nil
 }
 
-// loadStore returns a store holding the local config at path and n bench
-// policies for namespace ns, applied in one batch, and how long the batch
-// took.
-func loadStore(path, ns string, n int) (*state.Store, time.Duration, error) {
+// loadStore returns a store holding the local config at path and the
+// policies, applied in one batch, and how long the batch took.
+func loadStore(path string, policies []*rbac.Policy) (*state.Store, time.Duration, error) {
 	static, err := xds.LoadLocalConfig(path)
 	if err != nil {
 		return nil, 0, err
@@ -102,7 +125,7 @@ func loadStore(path, ns string, n int) (*state.Store, time.Duration, error) {
 		if err = static.Apply(b); err != nil {
 			return
 		}
-		for _, p := range benchPolicies(ns, n) {
+		for _, p := range policies {
 			if err = b.InsertPolicy(p); err != nil {
 				return
 			}
