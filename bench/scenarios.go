@@ -174,17 +174,27 @@ func runHBONEMulti(ctx context.Context, e *env) ([]Result, error) {
 
 // rtt is a round-trip variant: p50 and p99 in µs.
 func (e *env) rtt(name string, dial dialFunc) variant {
+	return e.timed(name, e.b.rtts, roundTrips, dial, 50, 99)
+}
+
+// timed is a variant that takes n timings with sample (a quarter of them
+// when warming up) and reports the percentiles pcts in µs as "p50", "p99"...
+func (e *env) timed(name string, n int, sample func(context.Context, dialFunc, int) ([]time.Duration, error), dial dialFunc, pcts ...float64) variant {
 	return variant{name, func(ctx context.Context, warm bool) (map[string]float64, error) {
-		n := e.b.rtts
+		k := n
 		if warm {
-			n /= 4
+			k /= 4
 		}
-		ds, err := roundTrips(ctx, dial, n)
+		ds, err := sample(ctx, dial, k)
 		if err != nil {
 			return nil, err
 		}
 		us := micros(ds)
-		return map[string]float64{"p50": percentile(us, 50), "p99": percentile(us, 99)}, nil
+		out := make(map[string]float64, len(pcts))
+		for _, p := range pcts {
+			out[fmt.Sprintf("p%g", p)] = percentile(us, p)
+		}
+		return out, nil
 	}}
 }
 
@@ -400,29 +410,7 @@ func runIdleMemory(ctx context.Context, e *env) ([]Result, error) {
 
 // latency is a connection-latency variant: p50 of connect + 1 byte.
 func (e *env) latency(name string, dial dialFunc) variant {
-	return variant{name, func(ctx context.Context, warm bool) (map[string]float64, error) {
-		n := e.b.connLat
-		if warm {
-			n /= 4
-		}
-		ds, err := connectLatencies(ctx, dial, n)
-		if err != nil {
-			return nil, err
-		}
-		us := micros(ds)
-		return map[string]float64{"p50": percentile(us, 50), "mean": mean(us)}, nil
-	}}
-}
-
-func mean(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	var s float64
-	for _, x := range xs {
-		s += x
-	}
-	return s / float64(len(xs))
+	return e.timed(name, e.b.connLat, connectLatencies, dial, 50)
 }
 
 const rbacPolicies = 10_000
