@@ -74,17 +74,7 @@ func TestChaoticConn(t *testing.T) {
 			}
 			defer s.Close()
 			want := payload(uint64(40+i), 1<<20+i*1000)
-			w := runAsync(func() error {
-				if err := writeChunks(s, want, uint64(i), 70<<10); err != nil {
-					return err
-				}
-				return s.CloseWrite()
-			})
-			if err := readAllCompare(s, want); err != nil {
-				errs <- err
-				return
-			}
-			errs <- <-w
+			errs <- echoExchange(s, want, uint64(i), 70<<10)
 		}()
 	}
 	wg.Wait()

@@ -30,17 +30,7 @@ func TestManyStreams(t *testing.T) {
 			}
 			defer s.Close()
 			want := payload(uint64(100+i), size+i)
-			w := runAsync(func() error {
-				if err := writeChunks(s, want, uint64(i), 20<<10); err != nil {
-					return err
-				}
-				return s.CloseWrite()
-			})
-			if err := readAllCompare(s, want); err != nil {
-				errs <- err
-				return
-			}
-			errs <- <-w
+			errs <- echoExchange(s, want, uint64(i), 20<<10)
 		}()
 	}
 	wg.Wait()
@@ -281,16 +271,9 @@ func TestServerShutdown(t *testing.T) {
 	}
 	close(proceed)
 	want := payload(5, 1<<20)
-	w := runAsync(func() error {
-		if err := writeChunks(s, want, 1, 64<<10); err != nil {
-			return err
-		}
-		return s.CloseWrite()
-	})
-	if err := readAllCompare(s, want); err != nil {
+	if err := echoExchange(s, want, 1, 64<<10); err != nil {
 		t.Fatalf("stream during shutdown: %v", err)
 	}
-	wait(t, w, "write")
 	s.Close()
 	wait(t, shut, "Shutdown")
 	select {

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -420,8 +419,6 @@ func TestPingAckedKeepsConnection(t *testing.T) {
 	s := p.connect(t.Context())
 	s.Close()
 }
-
-var _ sync.Mutex
 
 // TestHandlerFailures: a handler that panics or returns without answering
 // gets its stream reset with INTERNAL_ERROR; the connection and the server

@@ -111,16 +111,9 @@ func TestInteropXNetServer(t *testing.T) {
 		t.Errorf("response header X-Reply = %q", got)
 	}
 	want := payload(13, 2<<20+3)
-	w := runAsync(func() error {
-		if err := writeChunks(s, want, 14, 100<<10); err != nil {
-			return err
-		}
-		return s.CloseWrite()
-	})
-	if err := readAllCompare(s, want); err != nil {
+	if err := echoExchange(s, want, 14, 100<<10); err != nil {
 		t.Fatalf("echo: %v", err)
 	}
-	wait(t, w, "write")
 	s.Close()
 	cc.Close()
 	select {

@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"sync"
 	"testing"
 	"time"
 
@@ -161,6 +160,26 @@ func echoHandler(s *ServerStream) {
 
 // readAllCompare reads r to EOF and compares with want, failing with the first
 // differing offset.
+// echoExchange writes want to s in chunks of at most maxChunk bytes (sizes
+// drawn from seed), half-closes, and meanwhile reads the echo back to EOF
+// and compares it. It returns the first failure; after a read failure it
+// does not wait for the writer.
+func echoExchange(s interface {
+	io.ReadWriter
+	CloseWrite() error
+}, want []byte, seed uint64, maxChunk int) error {
+	w := runAsync(func() error {
+		if err := writeChunks(s, want, seed, maxChunk); err != nil {
+			return err
+		}
+		return s.CloseWrite()
+	})
+	if err := readAllCompare(s, want); err != nil {
+		return err
+	}
+	return <-w
+}
+
 func readAllCompare(r io.Reader, want []byte) error {
 	got, err := io.ReadAll(r)
 	if err != nil {
@@ -218,8 +237,6 @@ func wait(t testing.TB, ch <-chan error, what string) {
 		t.Fatalf("%s: timed out", what)
 	}
 }
-
-var _ sync.Locker // keep sync imported for helpers added later
 
 // nopConn is a net.Conn that does nothing.
 type nopConn struct{ net.Conn }

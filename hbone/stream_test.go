@@ -25,16 +25,9 @@ func TestEchoBothWays(t *testing.T) {
 			s := p.connect(context.Background())
 			defer s.Close()
 			want := payload(1, 16<<20)
-			w := runAsync(func() error {
-				if err := writeChunks(s, want, 2, 256<<10); err != nil {
-					return err
-				}
-				return s.CloseWrite()
-			})
-			if err := readAllCompare(s, want); err != nil {
+			if err := echoExchange(s, want, 2, 256<<10); err != nil {
 				t.Fatal(err)
 			}
-			wait(t, w, "write")
 		})
 	}
 }

@@ -108,16 +108,9 @@ func TestTLS(t *testing.T) {
 		t.Errorf("handler saw %d peer certificates (-1: not a *tls.Conn)", n)
 	}
 	want := payload(21, 8<<20+5)
-	w := runAsync(func() error {
-		if err := writeChunks(s, want, 22, 128<<10); err != nil {
-			return err
-		}
-		return s.CloseWrite()
-	})
-	if err := readAllCompare(s, want); err != nil {
+	if err := echoExchange(s, want, 22, 128<<10); err != nil {
 		t.Fatal(err)
 	}
-	wait(t, w, "write")
 	s.Close()
 	cc.Close()
 	if err := <-served; err != nil {
@@ -209,16 +202,9 @@ func TestBatchConnTLS(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := payload(51, 4<<20+1)
-			w := runAsync(func() error {
-				if err := writeChunks(s, want, 52, 200<<10); err != nil {
-					return err
-				}
-				return s.CloseWrite()
-			})
-			if err := readAllCompare(s, want); err != nil {
+			if err := echoExchange(s, want, 52, 200<<10); err != nil {
 				t.Fatal(err)
 			}
-			wait(t, w, "write")
 			s.Close()
 			cc.Close()
 			if err := <-served; err != nil {
