@@ -50,13 +50,20 @@ func (p *Proxy) handleInbound(c net.Conn) bool {
 		return false
 	}
 	cs := tc.ConnectionState()
-	id, _ := certs.PeerIdentity(&cs) // zero when absent, as before: no identity
-	p.peers.Store(tc, id)
+	id, _ := certs.PeerIdentity(&cs) // zero when absent: no identity
+	p.peers.Store(tc, &peer{id: id, principal: principal(id)})
 	defer p.peers.Delete(tc)
 	if err := p.hbone.ServeConn(p.lifetime, tc); err != nil {
 		p.log.Debug("inbound hbone connection ended", "src.addr", c.RemoteAddr(), "error", err)
 	}
 	return false
+}
+
+// peer is what an inbound HBONE connection's client certificate says, read
+// once at the handshake rather than for every CONNECT on the connection.
+type peer struct {
+	id        identity.Identity
+	principal string // id.String(), for the traffic labels
 }
 
 // serverCert returns the certificate of the workload this proxy serves
@@ -71,15 +78,16 @@ func (p *Proxy) serverCert(ctx context.Context) (*certs.Cert, error) {
 
 // inboundRequest is a validated CONNECT: who asks, for what.
 type inboundRequest struct {
-	local     *state.Workload
-	src       netip.AddrPort // HBONE TCP peer
-	srcID     identity.Identity
-	l3dst     netip.AddrPort // where the HBONE connection landed
-	authority authority
-	upstream  netip.AddrPort // local pod IP and resolved target port
-	service   *state.Service
-	authz     rbac.Conn       // what authorization saw, for live re-checks
-	snap      *state.Snapshot // the snapshot every check used, or nil before it was taken
+	local        *state.Workload
+	src          netip.AddrPort // HBONE TCP peer
+	srcID        identity.Identity
+	srcPrincipal string         // srcID as a SPIFFE id, built once per TLS connection
+	l3dst        netip.AddrPort // where the HBONE connection landed
+	authority    authority
+	upstream     netip.AddrPort // local pod IP and resolved target port
+	service      *state.Service
+	authz        rbac.Conn       // what authorization saw, for live re-checks
+	snap         *state.Snapshot // the snapshot every check used, or nil before it was taken
 }
 
 // serveConnect handles one CONNECT stream (SPEC §2.4, steps in order).
@@ -116,7 +124,7 @@ func (p *Proxy) acceptConnect(s *hbone.ServerStream) (net.Conn, *connRecord, fun
 	if req.local != nil {
 		labels.setDestination(req.local)
 	}
-	labels.srcPrincipal = principal(req.srcID)
+	labels.srcPrincipal = req.srcPrincipal
 	if src := snap.WorkloadByIP(p.cfg.Network, req.src.Addr()); src != nil {
 		labels.setSource(src)
 	}
@@ -159,11 +167,9 @@ func (p *Proxy) checkConnect(s *hbone.ServerStream) (inboundRequest, *inboundErr
 	conn := s.Conn()
 	req.src = addrPortOf(conn.RemoteAddr())
 	req.l3dst = addrPortOf(conn.LocalAddr())
-	if id, ok := p.peers.Load(conn); ok {
-		req.srcID = id.(identity.Identity)
-	} else if tc, ok := conn.(*tls.Conn); ok {
-		cs := tc.ConnectionState()
-		req.srcID, _ = certs.PeerIdentity(&cs)
+	if v, ok := p.peers.Load(conn); ok { // always: handleInbound stored it
+		pr := v.(*peer)
+		req.srcID, req.srcPrincipal = pr.id, pr.principal
 	}
 	if s.Method() != http.MethodConnect {
 		return req, badRequest(errNotConnect)

@@ -143,8 +143,7 @@ type Proxy struct {
 	wg sync.WaitGroup // accept loops and connection handlers
 
 	// peers holds the client identity of each inbound HBONE connection
-	// (*tls.Conn → identity.Identity), taken from its certificate once at
-	// the handshake rather than for every CONNECT on it.
+	// (*tls.Conn → *peer).
 	peers sync.Map
 }
 
