@@ -97,7 +97,7 @@ type conn struct {
 	pingData       [8]byte
 	pingSeq        uint64
 	pingTimer      *time.Timer
-	lastStream     time.Time // when a stream last opened or ended (server idle timeout)
+	lastStream     time.Time // when the connection started or last had no active stream (server idle timeout)
 	onIdle         func()    // client: called when active drops to zero
 	onDone         func()    // client: called once when the connection fails
 

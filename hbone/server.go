@@ -258,7 +258,6 @@ func (c *conn) openServerStream(id uint32, end bool) {
 	s.sendWin = c.peerInitWin
 	c.streams[id] = s
 	c.active++
-	c.lastStream = time.Now()
 	c.mu.Unlock()
 	c.handlers.Add(1)
 	go c.runHandler(ss)
