@@ -30,11 +30,13 @@ func loadWorkers(l *loader) Workers {
 			l.fail("ZTUNNEL_WORKER_THREADS", "want a thread count, a percentage like 50%%, or 0 for all CPUs: %q", w.Threads)
 		}
 	}
-	for name, v := range map[string]string{
-		"ZTUNNEL_RESOURCE_CPU_LIMIT": w.CPULimit, "ZTUNNEL_RESOURCE_CPU_REQUEST": w.CPURequest, "ZTUNNEL_CPU_LIMIT": w.CPUCount,
+	for _, q := range [...]struct{ name, v string }{
+		{"ZTUNNEL_RESOURCE_CPU_LIMIT", w.CPULimit},
+		{"ZTUNNEL_RESOURCE_CPU_REQUEST", w.CPURequest},
+		{"ZTUNNEL_CPU_LIMIT", w.CPUCount},
 	} {
-		if _, ok := cpuQuantity(v); v != "" && !ok {
-			l.fail(name, "not a CPU quantity like 2, 1.5 or 500m: %q", v)
+		if _, ok := cpuQuantity(q.v); q.v != "" && !ok {
+			l.fail(q.name, "not a CPU quantity like 2, 1.5 or 500m: %q", q.v)
 		}
 	}
 	return w
