@@ -23,7 +23,8 @@
 //	go c.Run(ctx)
 //	<-c.Ready() // the first response of each type has been applied and ACKed
 //
-// Package xdstest is the matching in-process fake istiod for tests.
+// Package xdsserver is the matching in-process fake istiod; tests use it
+// through xdstest.
 //
 // xds imports proxy/state, rbac and certs/identity, never proxy, hbone or
 // certs.

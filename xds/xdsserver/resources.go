@@ -1,4 +1,4 @@
-package xdstest
+package xdsserver
 
 import (
 	"fmt"
@@ -36,7 +36,7 @@ func PolicyResource(p *security.Authorization) *discoveryv3.Resource {
 func resource(name string, m proto.Message) *discoveryv3.Resource {
 	a := &anypb.Any{}
 	if err := anypb.MarshalFrom(a, m, proto.MarshalOptions{Deterministic: true}); err != nil {
-		panic(fmt.Sprintf("xdstest: marshal %s: %v", name, err))
+		panic(fmt.Sprintf("xdsserver: marshal %s: %v", name, err))
 	}
 	return &discoveryv3.Resource{Name: name, Resource: a}
 }

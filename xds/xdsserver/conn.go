@@ -1,4 +1,4 @@
-package xdstest
+package xdsserver
 
 import (
 	"net"

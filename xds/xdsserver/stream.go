@@ -1,4 +1,4 @@
-package xdstest
+package xdsserver
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-var errUnimplemented = status.Error(codes.Unimplemented, "xdstest: only DeltaAggregatedResources is served")
+var errUnimplemented = status.Error(codes.Unimplemented, "xdsserver: only DeltaAggregatedResources is served")
 
 type (
 	deltaRequest  = discoveryv3.DeltaDiscoveryRequest

@@ -1,4 +1,4 @@
-// Package xdstest is a fake istiod for tests and benchmarks: an in-process
+// Package xdsserver is a fake istiod for tests and benchmarks: an in-process
 // delta ADS server (envoy.service.discovery.v3.AggregatedDiscoveryService,
 // DeltaAggregatedResources) on real gRPC over loopback, optionally with TLS.
 //
@@ -16,23 +16,31 @@
 // directions, and Send delivers an arbitrary response (stale nonce, wrong
 // type URL, undecodable payload).
 //
+// Errors are returned, never reported through a testing.TB: the package
+// imports no testing, so that bench (the harness behind `gozt bench`) can run
+// it inside the binary. Tests use xds/xdstest, a testing.TB wrapper that
+// stops the server when the test ends.
+//
 // Typical use:
 //
-//	srvTLS, cliTLS := xdstest.TLSConfigs(t)
-//	s := xdstest.NewServer(t, srvTLS)
+//	srvTLS, cliTLS, err := xdsserver.TLSConfigs()
+//	...
+//	s, err := xdsserver.New(srvTLS)
+//	...
+//	defer s.Close()
 //	s.PushWorkload(&workloadapi.Workload{Uid: "c//Pod/ns/a", ...})
 //	c, _ := xds.NewClient(xds.Config{Address: "https://" + s.Addr(), TLS: cliTLS, Store: st})
 //
-// xdstest imports xds, proxy/state, rbac and certs/identity only.
-package xdstest
+// Of this module, xdsserver imports xds only.
+package xdsserver
 
 import (
+	"context"
 	"crypto/tls"
 	"fmt"
 	"net"
 	"slices"
 	"sync"
-	"testing"
 	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -44,7 +52,7 @@ import (
 )
 
 // Server is a fake delta ADS server. Its methods are safe for concurrent
-// use. It stops when the test that created it ends.
+// use. Close stops it.
 //
 // Invariants:
 //   - mu guards the resource set, the stream set and every stream's
@@ -53,12 +61,12 @@ import (
 //     initial response.
 //   - Only a stream's handler goroutine sends on it.
 type Server struct {
-	tb   testing.TB
-	lis  *listener
-	grpc *grpc.Server
-	reqs *requestLog
-	done chan struct{}
-	wg   sync.WaitGroup // Serve, the request pump and the receive loops
+	lis       *listener
+	grpc      *grpc.Server
+	reqs      *requestLog
+	done      chan struct{}
+	closeOnce sync.Once
+	wg        sync.WaitGroup // Serve, the request pump and the receive loops
 
 	mu        sync.Mutex
 	resources map[string]map[string]*discoveryv3.Resource // type URL → name → resource
@@ -69,17 +77,15 @@ type Server struct {
 	version   uint64        // last version issued
 }
 
-// NewServer starts a server on 127.0.0.1 with a random port, serving TLS
-// with tlsCfg, or plaintext if tlsCfg is nil. It is stopped, and its
-// goroutines ended, by tb.Cleanup.
-func NewServer(tb testing.TB, tlsCfg *tls.Config) *Server {
-	tb.Helper()
+// New starts a server on 127.0.0.1 with a random port, serving TLS with
+// tlsCfg, or plaintext if tlsCfg is nil. Close stops it and ends its
+// goroutines.
+func New(tlsCfg *tls.Config) (*Server, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		tb.Fatalf("xdstest: listen: %v", err)
+		return nil, fmt.Errorf("xdsserver: listen: %w", err)
 	}
 	s := &Server{
-		tb:        tb,
 		lis:       newListener(l),
 		done:      make(chan struct{}),
 		resources: make(map[string]map[string]*discoveryv3.Resource),
@@ -106,14 +112,17 @@ func NewServer(tb testing.TB, tlsCfg *tls.Config) *Server {
 		defer s.wg.Done()
 		s.reqs.pump()
 	}()
-	tb.Cleanup(s.stop)
-	return s
+	return s, nil
 }
 
-func (s *Server) stop() {
-	s.grpc.Stop() // closes the listener and connections, waits for handlers
-	close(s.done)
-	s.wg.Wait()
+// Close stops the server: it closes the listener and every connection, and
+// returns once the server's goroutines have ended. Later calls do nothing.
+func (s *Server) Close() {
+	s.closeOnce.Do(func() {
+		s.grpc.Stop() // closes the listener and connections, waits for handlers
+		close(s.done)
+		s.wg.Wait()
+	})
 }
 
 // Addr returns the server's "127.0.0.1:port".
@@ -140,21 +149,17 @@ func (s *Server) Metadata() []metadata.MD {
 func (s *Server) Requests() <-chan *discoveryv3.DeltaDiscoveryRequest { return s.reqs.out }
 
 // NextRequest returns the next request for which match returns true (any
-// request if match is nil), discarding the others, and fails the test if
-// none arrives within 10 seconds. Call it from the test goroutine.
-func (s *Server) NextRequest(tb testing.TB, match func(*discoveryv3.DeltaDiscoveryRequest) bool) *discoveryv3.DeltaDiscoveryRequest {
-	tb.Helper()
-	timeout := time.NewTimer(10 * time.Second)
-	defer timeout.Stop()
+// request if match is nil), discarding the others, or ctx's error if none
+// arrives before ctx is done.
+func (s *Server) NextRequest(ctx context.Context, match func(*discoveryv3.DeltaDiscoveryRequest) bool) (*discoveryv3.DeltaDiscoveryRequest, error) {
 	for {
 		select {
 		case r := <-s.reqs.out:
 			if match == nil || match(r) {
-				return r
+				return r, nil
 			}
-		case <-timeout.C:
-			tb.Fatalf("xdstest: no matching request within 10s")
-			return nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package xdstest
+package xdsserver
 
 import (
 	"context"
@@ -71,9 +71,38 @@ func (c *rawClient) recv() *deltaResponse {
 	return r
 }
 
+// newTestServer starts a server that stops when t ends; the leak check
+// runs after it has stopped.
 func newTestServer(t *testing.T, cfg *tls.Config) *Server {
+	t.Helper()
 	t.Cleanup(func() { goleak.VerifyNone(t) })
-	return NewServer(t, cfg)
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+func tlsConfigs(t *testing.T, dnsNames ...string) (server, client *tls.Config) {
+	t.Helper()
+	server, client, err := TLSConfigs(dnsNames...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return server, client
+}
+
+// nextRequest is s.NextRequest(ctx, nil), failing t after 10 seconds.
+func nextRequest(t *testing.T, s *Server) *deltaRequest {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r, err := s.NextRequest(ctx, nil)
+	if err != nil {
+		t.Fatalf("NextRequest: %v", err)
+	}
+	return r
 }
 
 func names(rs []*discoveryv3.Resource) []string {
@@ -143,8 +172,8 @@ func TestPushRemoveAndRequests(t *testing.T) {
 		t.Errorf("resources after removal = %v", got)
 	}
 
-	req1 := s.NextRequest(t, nil)
-	req2 := s.NextRequest(t, nil)
+	req1 := nextRequest(t, s)
+	req2 := nextRequest(t, s)
 	if req1.GetResponseNonce() != "" || req2.GetResponseNonce() != first.GetNonce() {
 		t.Errorf("logged requests = %v, %v; want the initial request, then its ACK", req1, req2)
 	}
@@ -202,7 +231,7 @@ func TestCloseStreams(t *testing.T) {
 // TestBlackhole: nothing gets through while on; switching off breaks the
 // connections that lost bytes.
 func TestBlackhole(t *testing.T) {
-	srvTLS, cliTLS := TLSConfigs(t)
+	srvTLS, cliTLS := tlsConfigs(t)
 	s := newTestServer(t, srvTLS)
 	c := dial(t, s, cliTLS, nil)
 	c.send(&deltaRequest{TypeUrl: xds.AddressTypeURL})
@@ -232,7 +261,7 @@ func TestBlackhole(t *testing.T) {
 }
 
 func TestTLSConfigs(t *testing.T) {
-	srvTLS, cliTLS := TLSConfigs(t, "extra.example")
+	srvTLS, cliTLS := tlsConfigs(t, "extra.example")
 	leaf := srvTLS.Certificates[0].Leaf
 	if diff := cmp.Diff([]string{"localhost", "istiod.istio-system.svc", "extra.example"}, leaf.DNSNames); diff != "" {
 		t.Errorf("DNS names (-want +got):\n%s", diff)
@@ -240,4 +269,15 @@ func TestTLSConfigs(t *testing.T) {
 	if cliTLS.RootCAs == nil || cliTLS.ServerName != "" {
 		t.Errorf("client config = %+v", cliTLS)
 	}
+}
+
+// TestCloseTwice: Close is idempotent, so a caller may both defer it and
+// call it.
+func TestCloseTwice(t *testing.T) {
+	s, err := New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s.Close()
 }

@@ -1,4 +1,4 @@
-package xdstest
+package xdsserver
 
 import (
 	"crypto/ecdsa"
@@ -7,9 +7,9 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"fmt"
 	"math/big"
 	"net"
-	"testing"
 	"time"
 )
 
@@ -18,15 +18,14 @@ import (
 // 127.0.0.1, ::1, localhost, istiod.istio-system.svc and the extra DNS
 // names given. The client config leaves ServerName empty, so gRPC checks
 // the host of the address dialed.
-func TLSConfigs(tb testing.TB, dnsNames ...string) (server, client *tls.Config) {
-	tb.Helper()
+func TLSConfigs(dnsNames ...string) (server, client *tls.Config, err error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		tb.Fatalf("xdstest: key: %v", err)
+		return nil, nil, fmt.Errorf("xdsserver: key: %w", err)
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "xdstest"},
+		Subject:               pkix.Name{CommonName: "xdsserver"},
 		NotBefore:             time.Now().Add(-time.Hour),
 		NotAfter:              time.Now().Add(24 * time.Hour),
 		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
@@ -38,11 +37,11 @@ func TLSConfigs(tb testing.TB, dnsNames ...string) (server, client *tls.Config) 
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
-		tb.Fatalf("xdstest: certificate: %v", err)
+		return nil, nil, fmt.Errorf("xdsserver: certificate: %w", err)
 	}
 	cert, err := x509.ParseCertificate(der)
 	if err != nil {
-		tb.Fatalf("xdstest: parse certificate: %v", err)
+		return nil, nil, fmt.Errorf("xdsserver: parse certificate: %w", err)
 	}
 	pool := x509.NewCertPool()
 	pool.AddCert(cert)
@@ -51,5 +50,5 @@ func TLSConfigs(tb testing.TB, dnsNames ...string) (server, client *tls.Config) 
 		MinVersion:   tls.VersionTLS12,
 	}
 	client = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
-	return server, client
+	return server, client, nil
 }
