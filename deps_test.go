@@ -33,7 +33,7 @@ var allowed = map[string][]string{
 	"proxy": {"proxy/state", "proxy/relay", "proxy/sockopt", "proxy/connmgr", "proxy/dns",
 		"proxy/inpod", "hbone", "rbac", "certs", "certs/identity"},
 	"bench": {"proxy", "proxy/state", "proxy/relay", "proxy/sockopt", "hbone", "rbac",
-		"certs", "certs/identity", "certs/localca", "xds", "xds/xdstest"},
+		"certs", "certs/identity", "certs/localca", "xds", "xds/xdsserver"},
 	"tools": {},
 }
 

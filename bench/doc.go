@@ -40,7 +40,7 @@
 // processes, as on two nodes), "xnet-out" and "xnet-in" (the x/net
 // http2.Transport + http2.Server CONNECT pair with ztunnel's windows),
 // "relay" (a plain Go splice relay), "app" (the test server: echo, sink and
-// source over TCP and mutual TLS) and "xds" (xdstest's fake istiod). HAProxy
+// source over TCP and mutual TLS) and "xds" (xdsserver's fake istiod). HAProxy
 // in TCP mode is started from PATH when installed (`apt-get install
 // haproxy`); otherwise its rows are skipped with a note. The client side
 // runs in the harness itself. Everything binds distinct loopback addresses

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"testing"
 	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -17,47 +16,44 @@ import (
 	"istio.io/istio/pkg/workloadapi"
 
 	"github.com/gozt/gozt/xds"
-	"github.com/gozt/gozt/xds/xdstest"
+	"github.com/gozt/gozt/xds/xdsserver"
 )
 
-// xdsRole is the fake istiod of the xDS push scenario: xdstest's delta ADS
-// server (the project's one fake xDS server), in its own process so that
-// building and sending a push does not compete with the harness's probe
-// inside one Go runtime.
+// xdsRole is the fake istiod of the xDS push scenario: xdsserver's delta ADS
+// server (the project's one fake xDS server; tests use it through xdstest),
+// in its own process so that building and sending a push does not compete
+// with the harness's probe inside one Go runtime.
 //
 // Commands: "wait-clients N" waits until N streams are open; "push N TAG"
 // pushes N new workloads named after TAG in one response and answers, as
 // JSON, the time until every client ACKed it and the wire size; "remove N
 // TAG" removes them again the same way.
 type xdsRole struct {
-	tb      *shimTB
-	srv     *xdstest.Server
+	srv     *xdsserver.Server
 	clients int
 	caFile  string
 }
 
-func startXDS(_ context.Context, args []string) (r role, err error) {
+func startXDS(_ context.Context, args []string) (role, error) {
 	fs := flag.NewFlagSet("xds", flag.ContinueOnError)
 	caFile := fs.String("ca-out", "", "write the server's certificate (PEM) to `FILE`")
 	clients := fs.Int("clients", 2, "clients that must ACK each push")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
-	x := &xdsRole{tb: &shimTB{}, clients: *clients, caFile: *caFile}
-	defer func() {
-		if p := recover(); p != nil {
-			x.tb.cleanup()
-			r, err = nil, fmt.Errorf("xdstest: %v", p)
-		}
-	}()
-	srvTLS, _ := xdstest.TLSConfigs(x.tb)
-	x.srv = xdstest.NewServer(x.tb, srvTLS)
-	der := srvTLS.Certificates[0].Certificate[0]
-	if err := os.WriteFile(*caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		x.tb.cleanup()
+	srvTLS, _, err := xdsserver.TLSConfigs()
+	if err != nil {
 		return nil, err
 	}
-	return x, nil
+	der := srvTLS.Certificates[0].Certificate[0]
+	if err := os.WriteFile(*caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		return nil, err
+	}
+	srv, err := xdsserver.New(srvTLS)
+	if err != nil {
+		return nil, err
+	}
+	return &xdsRole{srv: srv, clients: *clients, caFile: *caFile}, nil
 }
 
 func (x *xdsRole) info() map[string]string {
@@ -66,7 +62,7 @@ func (x *xdsRole) info() map[string]string {
 
 func (x *xdsRole) stats(m map[string]any) { m["streams"] = x.srv.Connections() }
 
-func (x *xdsRole) close() error { x.tb.cleanup(); return nil }
+func (x *xdsRole) close() error { x.srv.Close(); return nil }
 
 func (x *xdsRole) command(ctx context.Context, name string, args []string) (string, error) {
 	switch name {
@@ -119,7 +115,7 @@ func (x *xdsRole) push(ctx context.Context, remove bool, n int, tag string) (pus
 		w := pushWorkload(i, tag)
 		names[i] = w.GetUid()
 		if !remove {
-			r := xdstest.WorkloadResource(w)
+			r := xdsserver.WorkloadResource(w)
 			res.WireBytes += proto.Size(r)
 			rs = append(rs, r)
 		}
@@ -186,25 +182,4 @@ func pushWorkload(i int, tag string) *workloadapi.Workload {
 		ClusterId:         "Kubernetes",
 		Status:            workloadapi.WorkloadStatus_HEALTHY,
 	}
-}
-
-// shimTB lets the harness use xdstest, which takes a testing.TB, outside a
-// test. Only the methods xdstest calls are implemented; the embedded nil
-// interface makes any other call panic, which would be a harness bug.
-// Fatalf panics, and startXDS turns that panic into an error.
-type shimTB struct {
-	testing.TB
-	cleanups []func()
-}
-
-func (s *shimTB) Helper()                           {}
-func (s *shimTB) Fatalf(format string, args ...any) { panic(fmt.Sprintf(format, args...)) }
-func (s *shimTB) Cleanup(f func())                  { s.cleanups = append(s.cleanups, f) }
-
-// cleanup runs the registered cleanups, last first.
-func (s *shimTB) cleanup() {
-	for i := len(s.cleanups) - 1; i >= 0; i-- {
-		s.cleanups[i]()
-	}
-	s.cleanups = nil
 }
