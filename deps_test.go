@@ -2,6 +2,7 @@ package gozt_test
 
 import (
 	"encoding/json"
+	"errors"
 	"io"
 	"os/exec"
 	"strings"
@@ -112,4 +113,37 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// binaryBadDeps are packages the gozt binary must never link, with the
+// reason. Test helpers (xds/xdstest, certs/istioca/istiocatest) import
+// testing; bench uses xds/xdsserver, the core under xdstest that does not.
+var binaryBadDeps = map[string]string{
+	"testing":                             "test code in the binary",
+	"github.com/google/go-cmp/cmp":        "a test dependency",
+	"go.uber.org/goleak":                  "a test dependency",
+	module + "/xds/xdstest":               "a test helper; use xds/xdsserver",
+	module + "/certs/istioca/istiocatest": "a test helper",
+}
+
+// TestBinaryDeps checks that cmd/gozt's dependencies never include testing
+// or a test helper (as tailscale's cmd/tailscaled/deps_test.go does).
+func TestBinaryDeps(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "./cmd/gozt").Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			t.Fatalf("go list -deps ./cmd/gozt: %v\n%s", err, ee.Stderr)
+		}
+		t.Fatalf("go list -deps ./cmd/gozt: %v", err)
+	}
+	for _, pkg := range strings.Fields(string(out)) {
+		why, bad := binaryBadDeps[pkg]
+		if !bad && strings.HasPrefix(pkg, "testing/") {
+			why, bad = binaryBadDeps["testing"], true
+		}
+		if bad {
+			t.Errorf("cmd/gozt depends on %s: %s", pkg, why)
+		}
+	}
 }
