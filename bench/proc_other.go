@@ -14,7 +14,6 @@ var errNotLinux = errors.New("bench: process statistics need Linux /proc")
 func procCPU(int) (time.Duration, error)        { return 0, errNotLinux }
 func procRSS(int) (int64, error)                { return 0, errNotLinux }
 func cpuTimes() (idle, total uint64, err error) { return 0, 0, errNotLinux }
-func children() []int                           { return nil }
 func kernelRelease() string                     { return "unknown" }
 func cpuModel() string                          { return "" }
 func isolate(*exec.Cmd)                         {}
