@@ -312,10 +312,3 @@ var _ net.Conn = (*ClientStream)(nil)
 // canonical keys. Each call builds a new map: the stream keeps the fields in a
 // more compact form.
 func (s *ClientStream) ResponseHeader() http.Header { return headerOf(s.fields) }
-
-// isUsable reports whether the connection may take new streams at all.
-func (c *conn) isUsable() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.err == nil && !c.goAwaySent && !c.goAwayRecv
-}
