@@ -1,6 +1,9 @@
 package relay
 
-import "net"
+import (
+	"net"
+	"sync/atomic"
+)
 
 // Internals for the external tests (STYLE testing habit 12).
 var (
@@ -52,3 +55,39 @@ func NewTCPSinkForTest(c *net.TCPConn) (interface {
 }
 
 const PushSupported = pushSupported
+
+// Copy is CopyWithCounters without live counters.
+func Copy(a, b net.Conn) (Result, error) {
+	return CopyWithCounters(a, b, nil, nil)
+}
+
+// CopyWithCounters is Start's copy run on the calling goroutine: it copies
+// bytes both ways between a and b and returns, once both directions have
+// ended, what Start would pass to done. The tests check the copy's semantics
+// through both (helpers_test.go, via).
+func CopyWithCounters(a, b net.Conn, aToB, bToA *atomic.Int64) (Result, error) {
+	st := newCopyState(a, b, aToB, bToA)
+	st.run()
+	return st.result()
+}
+
+// run runs both directions and waits for them.
+//
+// A source that pushes (an HBONE stream towards a TCP socket) needs no
+// goroutine of its own: the caller's runs the other direction, and is then
+// the only goroutine the connection has. It idles in run, half.run,
+// copyBuffered and readWaiter.wait, which keep small frames (their work is in
+// functions marked noinline): the runtime shrinks an idle goroutine's stack
+// only while it uses less than a quarter of it.
+//
+//go:noinline
+func (st *copyState) run() {
+	if pull := st.startPush(); pull != nil {
+		pull.run()
+	} else {
+		st.pair.wg.Add(1)
+		go runHalf(&st.ab)
+		st.ba.run()
+	}
+	st.wait()
+}

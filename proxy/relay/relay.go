@@ -1,16 +1,15 @@
 // Package relay copies bytes both ways between two connections: the data
 // path of every proxied connection (SPEC §2.8).
 //
-// Copy runs one direction on the calling goroutine and the other on a second
-// goroutine, or, when one leg is an HBONE stream and the other a
-// *net.TCPConn, lets the stream push its bytes by itself (see below), so the
-// calling goroutine is the only one the connection has. Copy returns only
-// when both directions have ended. Start does the same without holding up
-// its caller, on goroutines whose stacks stay small while the connection is
-// idle (start.go). Each direction ends with a write-side
-// shutdown of its destination (FIN on TCP, close_notify on TLS, END_STREAM on
-// an HBONE stream) when its source reads EOF, so half-closed connections keep
-// flowing the other way until that side ends too.
+// Start copies on goroutines of its own and reports the result to a callback
+// once both directions have ended: one goroutine per direction, or, when one
+// leg is an HBONE stream and the other a *net.TCPConn, only the direction
+// from the socket, while the stream pushes its bytes by itself (see below).
+// Those goroutines' stacks stay small while the connection is idle
+// (start.go). Each direction ends with a write-side shutdown of its
+// destination (FIN on TCP, close_notify on TLS, END_STREAM on an HBONE
+// stream) when its source reads EOF, so half-closed connections keep flowing
+// the other way until that side ends too.
 //
 // How bytes move depends on the legs:
 //
@@ -56,36 +55,6 @@ type Result struct {
 	BToA int64 // bytes read from b and written to a
 }
 
-// Copy copies bytes both ways between a and b until both directions have
-// ended. It is CopyWithCounters without live counters.
-func Copy(a, b net.Conn) (Result, error) {
-	return CopyWithCounters(a, b, nil, nil)
-}
-
-// CopyWithCounters copies bytes both ways between a and b until both
-// directions have ended, and reports how many bytes went each way.
-//
-// When a direction reads EOF it half-closes its destination with CloseWrite
-// if the destination has that method (*net.TCPConn, *tls.Conn, HBONE
-// streams). A destination without CloseWrite cannot be told about the EOF
-// without ending the other direction too, so it is closed only once both
-// directions have ended.
-//
-// When either direction fails, both conns are closed, so the other direction
-// unblocks, and the first failure is returned, wrapped with the direction;
-// resets, broken pipes and use of a closed conn end the copy with a nil error.
-// Apart from these two cases Copy does not close a or b: the caller does.
-//
-// aToB and bToA, if non-nil, have the bytes of each direction added as they
-// are written, so a metrics reader can follow a long connection. On spliced
-// TCP legs they advance in steps of at most 1 MiB (the splice chunk) or when
-// the direction ends. The returned Result counts only this call's bytes.
-func CopyWithCounters(a, b net.Conn, aToB, bToA *atomic.Int64) (Result, error) {
-	st := newCopyState(a, b, aToB, bToA)
-	st.run()
-	return st.result()
-}
-
 // newCopyState sets up the state of a copy between a and b.
 func newCopyState(a, b net.Conn, aToB, bToA *atomic.Int64) *copyState {
 	st := &copyState{} // one allocation holds the whole state of the copy
@@ -95,30 +64,9 @@ func newCopyState(a, b net.Conn, aToB, bToA *atomic.Int64) *copyState {
 	return st
 }
 
-// result is what Copy returns once run has returned.
+// result is what the copy reports once both directions have ended.
 func (st *copyState) result() (Result, error) {
 	return Result{AToB: st.ab.n, BToA: st.ba.n}, st.pair.err
-}
-
-// run runs both directions and waits for them.
-//
-// A source that pushes (an HBONE stream towards a TCP socket) needs no
-// goroutine of its own: the caller's runs the other direction, and is then
-// the only goroutine the connection has. It idles in run, half.run,
-// copyBuffered and readWaiter.wait, which keep small frames (their work is in
-// functions marked noinline): the runtime shrinks an idle goroutine's stack
-// only while it uses less than a quarter of it.
-//
-//go:noinline
-func (st *copyState) run() {
-	if pull := st.startPush(); pull != nil {
-		pull.run()
-	} else {
-		st.pair.wg.Add(1)
-		go runHalf(&st.ab)
-		st.ba.run()
-	}
-	st.wait()
 }
 
 // startPush hands a direction to its source if it pushes (see half.startPush)
@@ -134,14 +82,14 @@ func (st *copyState) startPush() *half {
 	return nil
 }
 
-// wait waits for the directions that do not run on the caller's goroutine,
+// wait waits for the directions that do not run on the calling goroutine,
 // then closes what could not be half-closed.
 func (st *copyState) wait() {
 	st.pair.wg.Wait()
 	st.pair.finish(&st.ab, &st.ba)
 }
 
-// copyState is everything one Copy allocates.
+// copyState is everything one copy allocates.
 type copyState struct {
 	pair   pair
 	ab, ba half
@@ -153,12 +101,13 @@ type closeWriter interface {
 	CloseWrite() error
 }
 
-// pair is the state the two directions of one Copy share.
+// pair is the state the two directions of one copy share.
 type pair struct {
 	a, b net.Conn
 
-	// wg counts the direction that does not run on Copy's goroutine: a
-	// second goroutine, or a pushing source until it reports its end.
+	// wg counts the direction that does not run on the copy's first
+	// goroutine: a second goroutine, or a pushing source until it reports
+	// its end.
 	wg sync.WaitGroup
 
 	// st is the copy this pair belongs to, and started the callback of a
@@ -230,8 +179,8 @@ func socketOf(c net.Conn) *net.TCPConn {
 	return nil
 }
 
-// half is one direction of a Copy. Its fields are owned by the goroutine
-// that runs it until Copy's WaitGroup says it is done.
+// half is one direction of a copy. Its fields are owned by the goroutine
+// that runs it until the pair's WaitGroup says it is done.
 type half struct {
 	p        *pair
 	src, dst net.Conn
@@ -245,7 +194,7 @@ type half struct {
 	dstShut atomic.Bool
 
 	n          int64 // bytes written to dst
-	closeAtEnd bool  // src hit EOF but dst has no CloseWrite: close dst when the Copy ends
+	closeAtEnd bool  // src hit EOF but dst has no CloseWrite: close dst when the copy ends
 
 	sink *tcpSink // the destination of a pushing source, or nil (push.go)
 }
@@ -256,7 +205,7 @@ func (h *half) init(p *pair, src, dst net.Conn, live *atomic.Int64, name string,
 }
 
 // runHalf runs h and marks it done. It is the body of the second goroutine
-// of a Copy whose sources both need reading, named so stack dumps show what
+// of a copy whose sources both need reading, named so stack dumps show what
 // the goroutine is.
 func runHalf(h *half) {
 	defer h.p.wg.Done()
@@ -307,7 +256,7 @@ func (h *half) end(err error) {
 var errResetAtEOF = fmt.Errorf("read: EOF on a reset socket: %w", syscall.ECONNRESET)
 
 // closeWrite signals EOF to h.dst's peer, or, when h.dst cannot half-close,
-// leaves that to the end of the Copy.
+// leaves that to the end of the copy.
 func (h *half) closeWrite() error {
 	cw, ok := h.dst.(closeWriter)
 	if !ok {

@@ -11,7 +11,7 @@ import (
 //
 // Linux reports a reset once per socket: the first system call to see it
 // returns ECONNRESET and later reads return 0, like a FIN. The opposite
-// direction of a Copy writes to the same socket, so its write may take the
+// direction of a copy writes to the same socket, so its write may take the
 // ECONNRESET and leave this direction an EOF, which would otherwise be
 // passed on as an orderly FIN and hide a truncated stream (TESTPLAN F15).
 // A socket that received a FIN and has not shut down its own write side is

@@ -9,23 +9,39 @@ import (
 	"time"
 )
 
-// Start copies bytes both ways between a and b like CopyWithCounters, but on
-// goroutines of its own: it returns at once, and calls done with what
-// CopyWithCounters would have returned once both directions have ended. The
-// caller may go on or return meanwhile; done is where it closes the legs.
+// Start copies bytes both ways between a and b on goroutines of its own: it
+// returns at once, and calls done, once both directions have ended, with how
+// many bytes went each way and the error that ended the copy. The caller may
+// go on or return meanwhile; done is where it closes the legs.
+//
+// When a direction reads EOF it half-closes its destination with CloseWrite
+// if the destination has that method (*net.TCPConn, *tls.Conn, HBONE
+// streams). A destination without CloseWrite cannot be told about the EOF
+// without ending the other direction too, so it is closed only once both
+// directions have ended.
+//
+// When either direction fails, both conns are closed, so the other direction
+// unblocks, and done gets the first failure, wrapped with the direction;
+// resets, broken pipes and use of a closed conn end the copy with a nil error.
+// Apart from these two cases Start does not close a or b: done does.
+//
+// aToB and bToA, if non-nil, have the bytes of each direction added as they
+// are written, so a metrics reader can follow a long connection. On spliced
+// TCP legs they advance in steps of at most 1 MiB (the splice chunk) or when
+// the direction ends. The Result counts only this copy's bytes.
 //
 // A connection relayed this way can cost much less while idle than one whose
-// handler blocks in Copy (DESIGN "Making HBONE fast": keep the long-lived
-// goroutine's stack small). Whatever the handler did before (routing,
-// dialing, TLS) grew its stack, and a parked goroutine keeps its stack: the
-// runtime shrinks it only to four times what it uses, so it stays well above
-// the minimum. When one leg is an HBONE stream that pushes (see Copy) and the
-// other a *net.TCPConn, Start's direction from the TCP socket instead runs as
-// a chain of goroutines: each waits for the socket to become readable, copies
-// what is there, then leaves the next wait to a fresh goroutine and exits. So
-// the one goroutine an idle connection has only ever waited, and has the
-// runtime's smallest stack. Other legs are copied as Copy does, on Start's
-// goroutines.
+// handler blocks until the copy ends (DESIGN "Making HBONE fast": keep the
+// long-lived goroutine's stack small). Whatever the handler did before
+// (routing, dialing, TLS) grew its stack, and a parked goroutine keeps its
+// stack: the runtime shrinks it only to four times what it uses, so it stays
+// well above the minimum. When one leg is an HBONE stream that pushes (see
+// the package doc) and the other a *net.TCPConn, Start's direction from the
+// TCP socket instead runs as a chain of goroutines: each waits for the socket
+// to become readable, copies what is there, then leaves the next wait to a
+// fresh goroutine and exits. So the one goroutine an idle connection has only
+// ever waited, and has the runtime's smallest stack. Other legs are copied by
+// one goroutine per direction.
 func Start(a, b net.Conn, aToB, bToA *atomic.Int64, done func(Result, error)) {
 	st := newCopyState(a, b, aToB, bToA)
 	st.pair.started = done
