@@ -83,7 +83,7 @@ const (
 func benchmarkEvaluate(b *testing.B, src *fakeSource, t rbac.Target, sets bool) {
 	var s rbac.Source = src
 	if sets {
-		s = src.throughNewSet()
+		s = src.throughNewSetFrom()
 	}
 	c := defaultConn(b)
 	if d := rbac.Evaluate(s, t, c); d.Reason != rbac.AllowedByPolicy || d != rbac.Evaluate(src, t, c) {
@@ -127,7 +127,7 @@ func BenchmarkNewSet10000(b *testing.B) {
 	ps := src.NamespacePolicies(t.Namespace)
 	b.ReportAllocs()
 	for b.Loop() {
-		rbac.NewSet(ps)
+		rbac.NewSetFrom(nil, ps)
 	}
 }
 
@@ -135,7 +135,7 @@ func BenchmarkNewSet10000(b *testing.B) {
 func BenchmarkEvaluateRealistic(b *testing.B) {
 	src, t := realisticSource()
 	c := conn(b, "10.0.0.1:40000", "10.1.0.5:8080", "spiffe://cluster.local/ns/frontend/sa/web")
-	s := src.throughNewSet()
+	s := src.throughNewSetFrom()
 	b.ReportAllocs()
 	for b.Loop() {
 		rbac.Evaluate(s, t, c)

@@ -22,7 +22,7 @@
 // # Many policies
 //
 // A Source that is also a [SetSource] serves its namespace and global lists
-// as [Set]s, built once per configuration change by [NewSet]. A Set indexes
+// as [Set]s, built once per configuration change by [NewSetFrom]. A Set indexes
 // each policy under keys that any connection it matches must have (an exact
 // principal, a namespace prefix, a source CIDR, ...; see keys.go), so that
 // Evaluate looks up the connection's keys and matches only the candidate

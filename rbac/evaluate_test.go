@@ -479,7 +479,7 @@ func TestEvaluateNoAllocs(t *testing.T) {
 	for _, s := range []struct {
 		name string
 		src  rbac.Source
-	}{{"linear", src}, {"indexed sets", src.indexed()}, {"NewSet sets", src.throughNewSet()}} {
+	}{{"linear", src}, {"indexed sets", src.indexed()}, {"NewSetFrom sets", src.throughNewSetFrom()}} {
 		for _, tt := range tests {
 			var d rbac.Decision
 			allocs := testing.AllocsPerRun(200, func() { d = rbac.Evaluate(s.src, target, tt.c) })

@@ -1,8 +1,8 @@
 package rbac
 
-// NewIndexedSetForTest is NewSet, but indexes however few policies ps
+// NewIndexedSetForTest is NewSetFrom(nil, ps), but indexes however few policies ps
 // holds, so that tests on small sets exercise the index.
-func NewIndexedSetForTest(ps []*Policy) *Set { return newSet(ps, 0) }
+func NewIndexedSetForTest(ps []*Policy) *Set { return newSetFrom(nil, ps, 0) }
 
 // NewIndexedSetFromForTest is NewSetFrom, indexing however few policies ps
 // holds.

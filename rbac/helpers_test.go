@@ -154,9 +154,11 @@ var _ rbac.SetSource = (*setSource)(nil)
 // small. Later changes to s are not seen.
 func (s *fakeSource) indexed() *setSource { return s.sets(rbac.NewIndexedSetForTest) }
 
-// throughNewSet returns s served through rbac.Sets built by NewSet, which
-// leaves small ones unindexed.
-func (s *fakeSource) throughNewSet() *setSource { return s.sets(rbac.NewSet) }
+// throughNewSetFrom returns s served through rbac.Sets built by NewSetFrom
+// with no previous Set, which leaves small ones unindexed.
+func (s *fakeSource) throughNewSetFrom() *setSource {
+	return s.sets(func(ps []*rbac.Policy) *rbac.Set { return rbac.NewSetFrom(nil, ps) })
+}
 
 // indexedFrom is indexed, but builds each Set with NewSetFrom from a Set of
 // a shuffled subset of the list and the extra policies, so that the
@@ -191,7 +193,7 @@ func (s *setSource) GlobalSet() *rbac.Set             { return s.global }
 func evaluate(tb testing.TB, src *fakeSource, t rbac.Target, c rbac.Conn) rbac.Decision {
 	tb.Helper()
 	d := rbac.Evaluate(src, t, c)
-	for _, is := range []*setSource{src.indexed(), src.throughNewSet()} {
+	for _, is := range []*setSource{src.indexed(), src.throughNewSetFrom()} {
 		if di := rbac.Evaluate(is, t, c); di != d {
 			tb.Errorf("Evaluate(%+v, %+v): linear %v (%+v), through Sets %v (%+v)", t, c, d, d, di, di)
 		}

@@ -331,11 +331,11 @@ func TestEvaluateMatchesReference(t *testing.T) {
 		g := gen{rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
 		for i := range scenariosPerSeed {
 			src, target := g.scenario()
-			indexed, throughNewSet := src.indexed(), src.throughNewSet()
+			indexed, throughNewSetFrom := src.indexed(), src.throughNewSetFrom()
 			for range 8 {
 				c := g.conn()
 				want := refEvaluate(src, target, c)
-				for _, s := range []rbac.Source{src, indexed, throughNewSet} {
+				for _, s := range []rbac.Source{src, indexed, throughNewSetFrom} {
 					got := rbac.Evaluate(s, target, c)
 					if got.Policy != want.Policy ||
 						!cmp.Equal(want, got, cmpopts.IgnoreFields(rbac.Decision{}, "Policy")) {

@@ -29,11 +29,11 @@ type SetSource interface {
 // Set is an immutable, ordered list of policies with an index that finds,
 // for one connection, the enforced policies that can match it, so that a
 // decision over thousands of policies matches a handful. Build it once per
-// configuration change with NewSet; a nil *Set is an empty Set. A Set is
+// configuration change with NewSetFrom; a nil *Set is an empty Set. A Set is
 // safe for concurrent use.
 //
 // Invariants:
-//   - policies is never modified after NewSet.
+//   - policies is never modified after NewSetFrom.
 //   - Every enforced policy that matches a connection is a candidate for it:
 //     it is in always, or in the posting of a key that lookup visits for the
 //     connection (see keys.go for how keys are chosen). The converse does
@@ -89,27 +89,23 @@ type cidrDim struct {
 	v6 [3]uint64
 }
 
-// NewSet returns a Set of ps, in that order, which Evaluate walks as it
-// would walk ps: every policy must have passed Validate, and neither ps nor
-// its policies may change afterwards (the Set keeps ps). It returns nil when
-// ps is empty. Building costs O(total size of the policies).
-func NewSet(ps []*Policy) *Set { return newSet(ps, minIndexed) }
-
 // minIndexed is the number of policies from which a Set builds an index.
 // Matching a policy that fails costs tens of nanoseconds, about what one
 // key lookup costs, and a connection looks up several keys; so a smaller
 // Set is scanned.
 const minIndexed = 8
 
-// NewSetFrom is NewSet for a list that differs little from prev's: the
-// analysis of each policy that prev also holds (the same *Policy) is
-// reused, so that replacing one policy among thousands does not read them
-// all again. prev may be nil.
+// NewSetFrom returns a Set of ps, in that order, which Evaluate walks as it
+// would walk ps: every policy must have passed Validate, and neither ps nor
+// its policies may change afterwards (the Set keeps ps). It returns nil when
+// ps is empty. Building costs O(total size of the policies), less when ps
+// differs little from prev's list: the analysis of each policy that prev
+// also holds (the same *Policy) is reused, so that replacing one policy
+// among thousands does not read them all again. prev may be nil.
 func NewSetFrom(prev *Set, ps []*Policy) *Set { return newSetFrom(prev, ps, minIndexed) }
 
-// newSet is NewSet with the index threshold as a parameter, for tests.
-func newSet(ps []*Policy, minIndexed int) *Set { return newSetFrom(nil, ps, minIndexed) }
-
+// newSetFrom is NewSetFrom with the index threshold as a parameter, for
+// tests.
 func newSetFrom(prev *Set, ps []*Policy, minIndexed int) *Set {
 	if len(ps) == 0 {
 		return nil
@@ -190,7 +186,7 @@ type keyRec struct {
 	n    uint32
 }
 
-// setBuilder holds the state of one NewSet.
+// setBuilder holds the state of one NewSetFrom.
 type setBuilder struct {
 	s *Set
 	// ids numbers the distinct keys in order of first use; refs lists

@@ -167,7 +167,7 @@ func TestSetsMatchReference(t *testing.T) {
 						seed, i, target, c, got, got, want, want)
 				}
 				if r := rbac.Evaluate(reused, target, c); r != got {
-					t.Fatalf("seed %d scenario %d: through Sets built by NewSetFrom %v, by NewSet %v", seed, i, r, got)
+					t.Fatalf("seed %d scenario %d: through Sets built from a previous Set %v, from none %v", seed, i, r, got)
 				}
 				if lin := rbac.Evaluate(src, target, c); lin != got {
 					t.Fatalf("seed %d scenario %d: linear %v, through Sets %v", seed, i, lin, got)

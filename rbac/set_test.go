@@ -69,7 +69,7 @@ func checkCandidates(t *testing.T, ps []*Policy, tests []candidateCase) {
 			t.Fatal(err)
 		}
 	}
-	s := newSet(ps, 0)
+	s := newSetFrom(nil, ps, 0)
 	for _, tt := range tests {
 		if got := candidateNames(s, tt.c); got != tt.want {
 			t.Errorf("%s: candidates %q, want %q", tt.name, got, tt.want)
@@ -233,7 +233,7 @@ func TestSetUnkeyedRules(t *testing.T) {
 		{"b/x", testConn(t, "10.0.0.1:1", "10.0.0.2:80", "spiffe://td/ns/b/sa/x"),
 			"deny-empty-match deny-empty-and-key rule-no-clauses clause-no-matches not-only presence"},
 	})
-	s := newSet(ps, 0)
+	s := newSetFrom(nil, ps, 0)
 	if got, want := s.enforcedAllows(), 9; got != want {
 		t.Errorf("enforcedAllows = %d, want %d (policies that are never candidates still apply)", got, want)
 	}
@@ -303,7 +303,7 @@ func TestSetTooManyHits(t *testing.T) {
 
 func TestNewSetEmpty(t *testing.T) {
 	var s *Set
-	if NewSet(nil) != nil || s.Len() != 0 || s.Policies() != nil || s.enforcedAllows() != 0 {
+	if NewSetFrom(nil, nil) != nil || s.Len() != 0 || s.Policies() != nil || s.enforcedAllows() != 0 {
 		t.Error("a nil Set is not empty")
 	}
 	if got := candidateNames(s, testConn(t, "10.0.0.1:1", "10.0.0.2:80", "")); got != "" {
@@ -311,15 +311,15 @@ func TestNewSetEmpty(t *testing.T) {
 	}
 	// Too small to index: every enforced policy is a candidate, and
 	// enforced ALLOW policies are counted all the same.
-	small := NewSet([]*Policy{allowOne("p", Match{}), {Name: "d", Namespace: "ns", Action: Allow, DryRun: true}})
+	small := NewSetFrom(nil, []*Policy{allowOne("p", Match{}), {Name: "d", Namespace: "ns", Action: Allow, DryRun: true}})
 	if got := candidateNames(small, testConn(t, "10.0.0.1:1", "10.0.0.2:80", "")); got != "ALL" || small.enforcedAllows() != 1 {
 		t.Errorf("small Set: candidates %q, %d enforced ALLOW; want ALL, 1", got, small.enforcedAllows())
 	}
 	ps := []*Policy{allowOne("p", Match{})}
-	if got := NewSet(ps).Policies(); !slices.Equal(got, ps) {
+	if got := NewSetFrom(nil, ps).Policies(); !slices.Equal(got, ps) {
 		t.Errorf("Policies() = %v, want %v", got, ps)
 	}
-	if diff := cmp.Diff(1, NewSet(ps).Len()); diff != "" {
+	if diff := cmp.Diff(1, NewSetFrom(nil, ps).Len()); diff != "" {
 		t.Error(diff)
 	}
 }
