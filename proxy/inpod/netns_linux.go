@@ -1,0 +1,53 @@
+package inpod
+
+import (
+	"fmt"
+	"os"
+	"syscall"
+
+	"github.com/gozt/gozt/proxy/sockopt"
+)
+
+// OpenNetns opens the network namespace at path, such as /proc/self/ns/net
+// or /run/netns/NAME.
+func OpenNetns(path string) (*Netns, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, wrapErr(fmt.Errorf("open netns: %w", err))
+	}
+	return NewNetns(f)
+}
+
+// NewNetns returns a Netns for the open namespace file f, taking ownership
+// of f: it is closed by Netns.Close, or at once if NewNetns fails. It does
+// not check that f is a network namespace; Run fails if it is not.
+func NewNetns(f *os.File) (*Netns, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, wrapErr(fmt.Errorf("stat netns: %w", err))
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		f.Close()
+		return nil, wrapErr(fmt.Errorf("stat netns %s: no inode", f.Name()))
+	}
+	return &Netns{f: f, inode: st.Ino, dev: st.Dev}, nil
+}
+
+// Run calls fn on a thread inside the namespace and returns fn's error
+// (sockopt.InNetnsFD): sockets fn creates stay in the namespace, goroutines
+// it starts do not. It needs CAP_SYS_ADMIN.
+func (n *Netns) Run(fn func() error) error {
+	rc, err := n.f.SyscallConn()
+	if err != nil {
+		return wrapErr(fmt.Errorf("netns fd: %w", err))
+	}
+	// Control holds a reference on the fd, so a concurrent Close cannot
+	// recycle the descriptor number under setns.
+	var runErr error
+	if err := rc.Control(func(fd uintptr) { runErr = sockopt.InNetnsFD(int(fd), fn) }); err != nil {
+		return wrapErr(fmt.Errorf("netns fd: %w", err))
+	}
+	return runErr
+}
