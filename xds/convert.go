@@ -27,14 +27,9 @@ const (
 	xdsDefaultClusterID      = "Kubernetes"
 )
 
-// AddressFromProto converts an istio.workload.Address, which carries either
+// addressFromProto converts an istio.workload.Address, which carries either
 // a workload or a service: exactly one of w and s is non-nil when err is nil.
-func AddressFromProto(a *workloadapi.Address) (w *state.Workload, s *state.Service, err error) {
-	return addressFromProto(a, nil)
-}
-
-// addressFromProto is AddressFromProto with the workload's repeated strings
-// taken from in.
+// The workload's repeated strings are taken from in, if non-nil.
 func addressFromProto(a *workloadapi.Address, in interner) (w *state.Workload, s *state.Service, err error) {
 	switch t := a.GetType().(type) {
 	case *workloadapi.Address_Workload:
@@ -47,19 +42,25 @@ func addressFromProto(a *workloadapi.Address, in interner) (w *state.Workload, s
 	return nil, nil, errors.New("address: neither workload nor service set")
 }
 
-// WorkloadFromProto converts an istio.workload.Workload. It applies the xDS
+// WorkloadAddress wraps w in an istio.workload.Address, as istiod sends it
+// (the fake control plane, xds/xdsserver, builds its resources with it).
+func WorkloadAddress(w *workloadapi.Workload) *workloadapi.Address {
+	return &workloadapi.Address{Type: &workloadapi.Address_Workload{Workload: w}}
+}
+
+// ServiceAddress wraps s in an istio.workload.Address.
+func ServiceAddress(s *workloadapi.Service) *workloadapi.Address {
+	return &workloadapi.Address{Type: &workloadapi.Address_Service{Service: s}}
+}
+
+// workloadFromProtoIn converts an istio.workload.Workload, with the strings
+// that many workloads share taken from in, if non-nil. It applies the xDS
 // defaults (trust domain "cluster.local", service account "default", cluster
 // "Kubernetes", capacity 1 when unset) and rejects what ztunnel rejects or
 // what the data path cannot use: an empty uid, an address that is not 4 or
 // 16 bytes, the LEGACY_ISTIO_MTLS tunnel protocol, unknown enum values, a
 // port above 65535, a gateway address without a destination, and a service
 // key that is not "namespace/hostname".
-func WorkloadFromProto(p *workloadapi.Workload) (*state.Workload, error) {
-	return workloadFromProtoIn(p, nil)
-}
-
-// workloadFromProtoIn is WorkloadFromProto with the strings that many
-// workloads share taken from in.
 func workloadFromProtoIn(p *workloadapi.Workload, in interner) (*state.Workload, error) {
 	if p == nil {
 		return nil, errors.New("workload: nil")

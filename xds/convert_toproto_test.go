@@ -13,10 +13,10 @@ import (
 	"github.com/gozt/gozt/rbac"
 )
 
-// The *ToProto functions are the inverse of the *FromProto ones, for tests
-// and for the fake control plane (xds/xdstest): for any value v returned by
-// a FromProto function, FromProto(ToProto(v)) equals v. They do not
-// validate, share v's string slices, and list ports sorted by service port.
+// The *ToProto functions are the inverse of the *FromProto ones, for the
+// round-trip tests and fuzz seeds: for any value v returned by a FromProto
+// function, FromProto(ToProto(v)) equals v. They do not validate, share v's
+// string slices, and list ports sorted by service port.
 
 // WorkloadToProto converts w to its wire form. Capacity is always sent,
 // even 0 (which the data path treats as 1).
@@ -102,16 +102,6 @@ func ServiceToProto(s *state.Service) *workloadapi.Service {
 		}
 	}
 	return p
-}
-
-// WorkloadAddress wraps w in an istio.workload.Address.
-func WorkloadAddress(w *workloadapi.Workload) *workloadapi.Address {
-	return &workloadapi.Address{Type: &workloadapi.Address_Workload{Workload: w}}
-}
-
-// ServiceAddress wraps s in an istio.workload.Address.
-func ServiceAddress(s *workloadapi.Service) *workloadapi.Address {
-	return &workloadapi.Address{Type: &workloadapi.Address_Service{Service: s}}
 }
 
 // PolicyToProto converts p to its wire form.

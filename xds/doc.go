@@ -13,10 +13,9 @@
 //	store.Update(func(b *state.Batch) { applyErr = cfg.Apply(b) })
 //
 // The delta ADS client (SPEC §5.1) subscribes to istio.workload.Address and
-// istio.security.Authorization, converts each resource once with
-// WorkloadFromProto, ServiceFromProto and PolicyFromProto, applies a push in
-// one batch, NACKs invalid resources one by one and reconnects with the
-// versions it holds:
+// istio.security.Authorization, converts and validates each resource once,
+// off the store lock, applies a push in one batch, NACKs invalid resources
+// one by one and reconnects with the versions it holds:
 //
 //	c, err := xds.NewClient(xds.Config{Address: "https://istiod:15012", TLS: tlsCfg, Store: store,
 //		Node: xds.BuildNode(xds.NodeInfo{PodName: pod, PodNamespace: ns})})

@@ -1,0 +1,22 @@
+package xds
+
+import (
+	"istio.io/istio/pkg/workloadapi"
+
+	"github.com/gozt/gozt/proxy/state"
+)
+
+// Converters without an interner, for the tests (the client converts
+// through addressFromProto with one).
+
+// AddressFromProto converts an istio.workload.Address, which carries either
+// a workload or a service: exactly one of w and s is non-nil when err is nil.
+func AddressFromProto(a *workloadapi.Address) (w *state.Workload, s *state.Service, err error) {
+	return addressFromProto(a, nil)
+}
+
+// WorkloadFromProto converts an istio.workload.Workload as the client does
+// (see workloadFromProtoIn), sharing no strings with other workloads.
+func WorkloadFromProto(p *workloadapi.Workload) (*state.Workload, error) {
+	return workloadFromProtoIn(p, nil)
+}
