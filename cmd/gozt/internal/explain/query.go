@@ -134,21 +134,3 @@ func parseDst(s string) (netip.AddrPort, error) {
 	}
 	return ap, nil
 }
-
-// Values returns q as URL parameters, the inverse of ParseQuery.
-func (q Query) Values() url.Values {
-	v := url.Values{}
-	if q.Src.Port() == 0 {
-		v.Set(paramSrc, q.Src.Addr().String())
-	} else {
-		v.Set(paramSrc, q.Src.String())
-	}
-	v.Set(paramDst, q.Dst.String())
-	if !q.Identity.IsZero() {
-		v.Set(paramIdentity, q.Identity.String())
-	}
-	if q.Network != "" {
-		v.Set(paramNetwork, q.Network)
-	}
-	return v
-}
