@@ -147,6 +147,7 @@ func (p *Proxy) acceptConnect(s *hbone.ServerStream) (net.Conn, *connRecord, fun
 		rec.close(0, 0, ierr)
 		return nil, nil, nil
 	}
+	p.listConn(rec, ConnJSON{Src: req.src.String(), OriginalDst: s.Authority(), ActualDst: req.upstream.String(), Protocol: "HBONE"})
 	h := http.Header{}
 	if b := baggage(req.local); b != "" {
 		h.Set(headerBaggage, b)
@@ -301,26 +302,37 @@ func (p *Proxy) dialSpoofed(src netip.Addr, dst netip.AddrPort) (net.Conn, error
 	switch {
 	case p.cfg.Spoof == SpoofOff || src == dst.Addr():
 		bind = netip.Addr{}
-	case p.cfg.Spoof == SpoofAuto && !p.transparent && !sockopt.IsLocal(src):
+	case p.cfg.Spoof == SpoofAuto && !p.transparent && !p.isLocal(src):
 		// ztunnel spoofs only when IP_TRANSPARENT took effect on the
 		// listener; a local source needs no privilege.
 		bind = netip.Addr{}
 	}
 	ctx, cancel := context.WithTimeout(p.lifetime, connectTimeout)
 	defer cancel()
-	d := p.dialer(bind)
-	c, err := d.DialContext(ctx, "tcp", dst.String())
+	c, err := p.dial(ctx, bind, dst.String())
 	if err != nil && bind.IsValid() && p.cfg.Spoof == SpoofAuto && isBindError(err) {
 		// Preserving the source failed (no IP_TRANSPARENT privilege):
 		// connect without it, as ztunnel does.
 		p.log.Debug("source-preserving dial failed; dialing without", "src", bind, "dst", dst, "error", err)
-		d = p.dialer(netip.Addr{})
-		c, err = d.DialContext(ctx, "tcp", dst.String())
+		c, err = p.dial(ctx, netip.Addr{}, dst.String())
 	}
 	if err != nil {
 		return nil, fmt.Errorf("connect %s: %w", dst, err)
 	}
 	return c, nil
+}
+
+// isLocal reports whether ip is an address of the proxy's network namespace.
+func (p *Proxy) isLocal(ip netip.Addr) bool {
+	if p.cfg.InNetns == nil {
+		return sockopt.IsLocal(ip)
+	}
+	local := false
+	_ = p.cfg.InNetns(func() error {
+		local = sockopt.IsLocal(ip)
+		return nil
+	})
+	return local
 }
 
 // isBindError reports whether err came from binding the source address

@@ -213,6 +213,7 @@ type connRecord struct {
 
 	srcAddr, dstAddr netip.AddrPort
 	hboneAddr        string
+	live             *liveConns // the list this record is on, if any
 }
 
 // open records the connection as opened.
@@ -243,6 +244,9 @@ func (r *connRecord) fail(flag string, err error) {
 // close records bytes, the close, and writes the access log. sent is what
 // flowed client→server (request direction), recv server→client.
 func (r *connRecord) close(requestBytes, responseBytes int64, err error) {
+	if r.live != nil {
+		r.live.remove(r)
+	}
 	s := r.s
 	s.received.Add(float64(requestBytes))
 	s.sent.Add(float64(responseBytes))

@@ -100,6 +100,11 @@ func (p *Proxy) openOutbound(down net.Conn, dst netip.AddrPort) (net.Conn, *conn
 		rec.fail(flagConnect, err)
 		return nil, nil
 	}
+	proto := "TCP"
+	if rt.kind == routeHBONE {
+		proto = "HBONE"
+	}
+	p.listConn(rec, ConnJSON{Src: downAddr.String(), OriginalDst: dst.String(), ActualDst: rt.dial.String(), Protocol: proto})
 	return up, rec
 }
 
@@ -109,8 +114,7 @@ func (p *Proxy) dialOutbound(src *state.Workload, srcID string, downAddr netip.A
 	ctx, cancel := context.WithTimeout(p.lifetime, connectTimeout)
 	defer cancel()
 	if rt.kind != routeHBONE {
-		d := p.dialer(p.cfg.OutboundSource)
-		c, err := d.DialContext(ctx, "tcp", rt.dial.String())
+		c, err := p.dial(ctx, p.cfg.OutboundSource, rt.dial.String())
 		if err != nil {
 			return nil, fmt.Errorf("connect %s: %w", rt.dial, err)
 		}
@@ -150,8 +154,7 @@ func (p *Proxy) dialHBONE(ctx context.Context, key hbone.Key) (*hbone.ClientConn
 	if err != nil {
 		return nil, fmt.Errorf("certificate for %s: %w", id, err)
 	}
-	d := p.dialer(p.cfg.OutboundSource)
-	raw, err := d.DialContext(ctx, "tcp", key.Dst.String())
+	raw, err := p.dial(ctx, p.cfg.OutboundSource, key.Dst.String())
 	if err != nil {
 		return nil, fmt.Errorf("connect %s: %w", key.Dst, err)
 	}

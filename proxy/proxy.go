@@ -61,6 +61,23 @@ type Config struct {
 	// IP, standing in for the pod network namespace that gives ztunnel's
 	// sockets the pod IP.
 	OutboundSource netip.Addr
+	// SOCKS5Addr, if valid, is the IP the SOCKS5 listener binds to instead
+	// of BindAddr: 127.0.0.1 in `gozt proxy`, as ztunnel binds it, so the
+	// unauthenticated proxy never faces the network.
+	SOCKS5Addr netip.Addr
+	// InNetns, if non-nil, runs fn inside the network namespace this proxy
+	// serves (a pod's, in shared mode, SPEC §1.3): every listener and every
+	// upstream socket is created inside it. Nil means the current one.
+	InNetns func(fn func() error) error
+	// InboundOnly binds only the inbound HBONE listener (15008): shared
+	// mode's self-proxy, which serves gozt's own identity (SPEC §1.3).
+	InboundOnly bool
+	// ListConnections keeps the list of open connections that Connections
+	// returns (shared mode's /config_dump workloadState).
+	ListConnections bool
+	// ReusePort sets SO_REUSEPORT on the listeners, so an old and a new
+	// gozt share a pod's ports during an upgrade (INPOD_PORT_REUSE).
+	ReusePort bool
 	// Network is this node's network name (NETWORK).
 	Network string
 	// Store is the mesh state. Required.
@@ -142,6 +159,8 @@ type Proxy struct {
 
 	wg sync.WaitGroup // accept loops and connection handlers
 
+	live liveConns // open connections, when cfg.ListConnections
+
 	// peers holds the client identity of each inbound HBONE connection
 	// (*tls.Conn → *peer).
 	peers sync.Map
@@ -205,13 +224,17 @@ func (p *Proxy) Listen(ctx context.Context) (err error) {
 		port uint16
 		opts sockopt.Options
 	}
+	reuse := p.cfg.ReusePort
 	specs := []spec{
-		{"outbound", OutboundPort, sockopt.Options{Transparent: true, Mark: p.cfg.Mark, KeepAlive: p.keepAlive()}},
-		{"plaintext", PlaintextPort, sockopt.Options{Transparent: true, Mark: p.cfg.Mark, KeepAlive: p.keepAlive()}},
-		{"inbound", InboundPort, sockopt.Options{Transparent: true, Mark: p.cfg.Mark}},
+		{"outbound", OutboundPort, sockopt.Options{Transparent: true, ReusePort: reuse, Mark: p.cfg.Mark, KeepAlive: p.keepAlive()}},
+		{"plaintext", PlaintextPort, sockopt.Options{Transparent: true, ReusePort: reuse, Mark: p.cfg.Mark, KeepAlive: p.keepAlive()}},
+		{"inbound", InboundPort, sockopt.Options{Transparent: true, ReusePort: reuse, Mark: p.cfg.Mark}},
 	}
 	if p.cfg.EnableSOCKS5 {
-		specs = append(specs, spec{"socks5", SOCKS5Port, sockopt.Options{Mark: p.cfg.Mark}})
+		specs = append(specs, spec{"socks5", SOCKS5Port, sockopt.Options{ReusePort: reuse, Mark: p.cfg.Mark}})
+	}
+	if p.cfg.InboundOnly {
+		specs = specs[2:3]
 	}
 	defer func() {
 		if err != nil {
@@ -219,9 +242,12 @@ func (p *Proxy) Listen(ctx context.Context) (err error) {
 		}
 	}()
 	for _, s := range specs {
-		lc := sockopt.ListenConfig(s.opts)
-		addr := net.JoinHostPort(p.cfg.BindAddr.String(), strconv.Itoa(int(s.port)))
-		l, err := lc.Listen(ctx, "tcp", addr)
+		bind := p.cfg.BindAddr
+		if s.name == "socks5" && p.cfg.SOCKS5Addr.IsValid() {
+			bind = p.cfg.SOCKS5Addr
+		}
+		addr := net.JoinHostPort(bind.String(), strconv.Itoa(int(s.port)))
+		l, err := p.listen(ctx, sockopt.ListenConfig(s.opts), addr)
 		if err != nil {
 			return fmt.Errorf("proxy: listen %s on %s: %w", s.name, addr, err)
 		}
@@ -243,9 +269,34 @@ func (p *Proxy) keepAlive() net.KeepAliveConfig {
 	return *p.cfg.KeepAlive
 }
 
-// dialer returns the dialer of upstream sockets bound to src (if valid).
-func (p *Proxy) dialer(src netip.Addr) *net.Dialer {
-	return sockopt.Dialer(src, sockopt.Options{Mark: p.cfg.Mark, KeepAlive: p.keepAlive()})
+// listen binds a TCP listener with lc inside the proxy's network namespace.
+func (p *Proxy) listen(ctx context.Context, lc net.ListenConfig, addr string) (net.Listener, error) {
+	if p.cfg.InNetns == nil {
+		return lc.Listen(ctx, "tcp", addr)
+	}
+	var l net.Listener
+	err := p.cfg.InNetns(func() (err error) {
+		l, err = lc.Listen(ctx, "tcp", addr)
+		return err
+	})
+	return l, err
+}
+
+// dial connects an upstream socket to addr from src (if valid), inside the
+// proxy's network namespace, with the mark and keep-alive of every upstream
+// socket. The socket is made and connected on a thread in that namespace;
+// once connected it belongs there whatever goroutine uses it.
+func (p *Proxy) dial(ctx context.Context, src netip.Addr, addr string) (net.Conn, error) {
+	d := sockopt.Dialer(src, sockopt.Options{Mark: p.cfg.Mark, KeepAlive: p.keepAlive()})
+	if p.cfg.InNetns == nil {
+		return d.DialContext(ctx, "tcp", addr)
+	}
+	var c net.Conn
+	err := p.cfg.InNetns(func() (err error) {
+		c, err = d.DialContext(ctx, "tcp", addr)
+		return err
+	})
+	return c, err
 }
 
 // Addrs returns the bound listener addresses by name.
