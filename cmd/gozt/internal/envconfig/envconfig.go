@@ -65,7 +65,11 @@ type Config struct {
 	EnableOrigSrc   *bool         `json:"enableOrigSrc"` // nil = auto
 	PacketMark      uint32        `json:"packetMark"`
 	EnableSOCKS5    bool          `json:"enableSOCKS5"`
-	IPv6Enabled     bool          `json:"ipv6Enabled"`
+	// InpodUDS is istio-cni's ZDS socket (shared mode, SPEC §9).
+	InpodUDS string `json:"inpodUds"`
+	// InpodPortReuse sets SO_REUSEPORT on in-pod listeners (upgrade overlap).
+	InpodPortReuse bool `json:"inpodPortReuse"`
+	IPv6Enabled    bool `json:"ipv6Enabled"`
 	// TCP keep-alive of upstream and captured sockets (KEEPALIVE_*).
 	KeepaliveEnabled  bool          `json:"keepaliveEnabled"`
 	KeepaliveTime     time.Duration `json:"keepaliveTime"`
@@ -109,6 +113,8 @@ func Load(environ []string) (Config, error) {
 		EnableSOCKS5:    l.boolean("UNSTABLE_ENABLE_SOCKS5", false),
 		IPv6Enabled:     l.boolean("IPV6_ENABLED", true),
 		EnableOrigSrc:   l.optBool("ENABLE_ORIG_SRC"),
+		InpodUDS:        l.str("INPOD_UDS", "/var/run/ztunnel/ztunnel.sock"),
+		InpodPortReuse:  l.boolean("INPOD_PORT_REUSE", true),
 
 		KeepaliveEnabled:  l.boolean("KEEPALIVE_ENABLED", true),
 		KeepaliveTime:     l.duration("KEEPALIVE_TIME", 180*time.Second),

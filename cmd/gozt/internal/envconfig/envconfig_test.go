@@ -32,6 +32,8 @@ func TestDefaults(t *testing.T) {
 		"ka time":     {c.KeepaliveTime, 180 * time.Second},
 		"ka interval": {c.KeepaliveInterval, 180 * time.Second},
 		"ka retries":  {c.KeepaliveRetries, 9},
+		"inpod uds":   {c.InpodUDS, "/var/run/ztunnel/ztunnel.sock"},
+		"port reuse":  {c.InpodPortReuse, true},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("default %s = %v, want %v", name, tc.got, tc.want)
@@ -72,6 +74,10 @@ func TestValues(t *testing.T) {
 	if c.KeepaliveEnabled || c.KeepaliveTime != 30*time.Second || c.KeepaliveInterval != time.Minute || c.KeepaliveRetries != 3 {
 		t.Errorf("keepalive %v %v %v %d", c.KeepaliveEnabled, c.KeepaliveTime, c.KeepaliveInterval, c.KeepaliveRetries)
 	}
+	c, err = Load([]string{"INPOD_UDS=/run/cni/zds.sock", "INPOD_PORT_REUSE=false"})
+	if err != nil || c.InpodUDS != "/run/cni/zds.sock" || c.InpodPortReuse {
+		t.Errorf("INPOD_UDS %q, INPOD_PORT_REUSE %v, %v", c.InpodUDS, c.InpodPortReuse, err)
+	}
 	c, err = Load([]string{"XDS_ADDRESS="})
 	if err != nil || c.XDSAddress != "" {
 		t.Errorf("empty XDS_ADDRESS = %q, %v; want disabled", c.XDSAddress, err)
@@ -101,6 +107,7 @@ func TestBadValues(t *testing.T) {
 		"KEEPALIVE_TIME=0s",
 		"KEEPALIVE_INTERVAL=3",
 		"KEEPALIVE_RETRIES=-1",
+		"INPOD_PORT_REUSE=perhaps",
 	} {
 		env := []string{kv}
 		name, _, _ := strings.Cut(kv, "=")
