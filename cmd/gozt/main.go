@@ -106,10 +106,15 @@ func runProxy(stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "gozt proxy: %s mode, listeners %v\n", env.ProxyMode, n.Addrs())
+	if env.ProxyMode == envconfig.ModeShared {
+		fmt.Fprintf(stdout, "gozt proxy: shared mode, serving the pods istio-cni hands over on %s\n", env.InpodUDS)
+	} else {
+		fmt.Fprintf(stdout, "gozt proxy: %s mode, listeners %v\n", env.ProxyMode, n.Addrs())
+	}
 	select {
 	case <-ctx.Done():
 	case <-n.Quit():
+	case <-n.Done(): // a part failed (e.g. a ZDS protocol error): exit 1 with its error
 	}
 	stop()
 	logger.Info("shutting down", "drain", env.DrainDeadline)

@@ -28,9 +28,13 @@ func TestRunCommands(t *testing.T) {
 			t.Errorf("run(%q) output = %q, want it to contain %q", tc.args, out.String(), tc.wantOut)
 		}
 	}
-	t.Setenv("PROXY_MODE", "shared")
-	if err := run([]string{"proxy"}, &bytes.Buffer{}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "not supported yet") {
-		t.Errorf("run(proxy) in shared mode = %v, want a clear not-supported error", err)
+	// Shared mode (the default, as in Istio's chart) starts like the chart
+	// starts it; with no root certificate mounted it stops with one line
+	// naming the setting instead of crashing.
+	t.Setenv("PROXY_MODE", "")
+	t.Chdir(t.TempDir())
+	if err := run([]string{"proxy"}, &bytes.Buffer{}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "ROOT_CA") {
+		t.Errorf("run(proxy) in shared mode without a root certificate = %v, want an error naming it", err)
 	}
 	t.Setenv("PROXY_MODE", "dedicated")
 	t.Setenv("PROXY_WORKLOAD_INFO", "")

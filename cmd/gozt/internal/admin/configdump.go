@@ -23,6 +23,8 @@ type configDump struct {
 	Version        versionJSON                              `json:"version"`
 	Config         any                                      `json:"config"`
 	Certificates   []certJSON                               `json:"certificates"`
+	// WorkloadState is shared mode's pods (SPEC §8.2), absent otherwise.
+	WorkloadState any `json:"workloadState,omitempty"`
 }
 
 type versionJSON struct {
@@ -58,6 +60,9 @@ type DumpInput struct {
 	Version  string // gozt's version
 	// IstioVersion is ISTIO_META_ISTIO_VERSION ("unknown" when unset).
 	IstioVersion string
+	// WorkloadState, in shared mode, maps each pod's uid to its state and
+	// connections; nil in the other modes.
+	WorkloadState any
 }
 
 // ConfigDump renders in as /config_dump (SPEC §8.2).
@@ -82,8 +87,9 @@ func ConfigDump(in DumpInput) any {
 			IstioVersion:   in.IstioVersion,
 			CryptoProvider: "go-crypto-tls",
 		},
-		Config:       in.Config,
-		Certificates: certificates(in.Certs),
+		Config:        in.Config,
+		Certificates:  certificates(in.Certs),
+		WorkloadState: in.WorkloadState,
 	}
 }
 

@@ -34,9 +34,6 @@ import (
 	"github.com/gozt/gozt/xds"
 )
 
-// ErrSharedMode is returned for PROXY_MODE=shared until in-pod mode lands.
-var ErrSharedMode = errors.New("PROXY_MODE=shared (in-pod mode over istio-cni's ZDS) is not supported yet; use PROXY_MODE=dedicated")
-
 // Readiness blockers (SPEC §8.3).
 const (
 	blockState = "state manager"
@@ -52,6 +49,8 @@ type Options struct {
 	// BindAddr is the address the workload listeners bind to; if invalid,
 	// the unspecified address ([::], or 0.0.0.0 without IPv6). A gozt
 	// addition: tests run several dedicated proxies on loopback IPs.
+	// Shared mode ignores it: pod listeners bind the unspecified address
+	// inside each pod's network namespace.
 	BindAddr netip.Addr
 	// OutboundSource, if valid, binds outbound sockets (as local mode does).
 	OutboundSource netip.Addr
@@ -68,7 +67,10 @@ type Node struct {
 	ca      *istioca.Client
 	xds     *xds.Client
 	connmgr *connmgr.Manager
-	proxy   *proxy.Proxy
+	metrics *proxy.Metrics
+	// proxy is dedicated mode's one proxy; pods are shared mode's.
+	proxy *proxy.Proxy
+	pods  *pods
 	// findLocal finds the workload this dedicated proxy serves.
 	findLocal func(*state.Snapshot) *state.Workload
 	ready     *admin.Readiness
@@ -76,23 +78,23 @@ type Node struct {
 	registry  *prometheus.Registry
 	quit      chan struct{}
 	quitOnce  sync.Once
-	cancel    context.CancelFunc
-	wg        sync.WaitGroup
+	run       *runner
 }
 
 // Start builds every component from opts.Env, binds the listeners and
-// starts serving. The workload listeners accept at once; connections wait
-// (up to 5s) for xDS to deliver the local workload.
+// starts serving. In dedicated mode the workload listeners accept at once;
+// connections wait (up to 5s) for xDS to deliver the local workload. In
+// shared mode gozt connects to istio-cni (INPOD_UDS) and opens each pod's
+// listeners inside the pod's network namespace as istio-cni hands it over.
 func Start(ctx context.Context, opts Options) (n *Node, err error) {
-	if opts.Env.ProxyMode != envconfig.ModeDedicated {
-		return nil, ErrSharedMode
-	}
+	shared := opts.Env.ProxyMode == envconfig.ModeShared
 	n = &Node{opts: opts, log: opts.Logger, quit: make(chan struct{}), registry: prometheus.NewRegistry()}
 	if n.log == nil {
 		n.log = slog.New(slog.DiscardHandler)
 	}
 	n.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		admin.BuildInfo(opts.Env.IstioVersion))
+	n.metrics = proxy.NewMetrics(n.registry)
 	n.connmgr = connmgr.New(connmgr.Config{Logger: n.log.With("scope", "connmgr")})
 	env := opts.Env
 	n.findLocal = func(s *state.Snapshot) *state.Workload {
@@ -105,12 +107,16 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 			hook.update(prev, next)
 		}
 	}})
-	n.ready = admin.NewReadiness(blockState, blockProxy)
-	runCtx, cancel := context.WithCancel(context.Background())
-	n.cancel = cancel
+	if shared {
+		n.ready = admin.NewReadiness(blockState, blockPods)
+	} else {
+		n.ready = admin.NewReadiness(blockState, blockProxy)
+	}
+	n.run = newRunner()
+	built := n // the named result is nil on an error return; clean up what was built
 	defer func() {
 		if err != nil {
-			n.closeAll()
+			built.closeAll()
 		}
 	}()
 	if err := n.loadStatic(); err != nil {
@@ -119,20 +125,26 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 	if err := n.buildControlPlane(); err != nil {
 		return nil, err
 	}
-	// Dedicated mode prefetches only its own workload's certificate; shared
-	// mode will prefetch every local-node workload's (SPEC §5.4).
-	hook = newCertHook(n.certs, func(w *state.Workload) bool {
-		return w.Namespace == env.WorkloadNamespace && w.Name == env.WorkloadName &&
-			w.Identity().ServiceAccount == orDefault(env.WorkloadServiceAccount, state.DefaultServiceAccount)
-	})
-	hook.update(nil, n.store.Snapshot())
+	if !shared {
+		// Dedicated mode prefetches only its own workload's certificate;
+		// shared mode prefetches each pod's as istio-cni hands it over.
+		hook = newCertHook(n.certs, func(w *state.Workload) bool {
+			return w.Namespace == env.WorkloadNamespace && w.Name == env.WorkloadName &&
+				w.Identity().ServiceAccount == orDefault(env.WorkloadServiceAccount, state.DefaultServiceAccount)
+		})
+		hook.update(nil, n.store.Snapshot())
+	}
 	if err := n.startSidePorts(ctx); err != nil {
 		return nil, err
 	}
-	if err := n.startProxy(ctx); err != nil {
+	if shared {
+		if n.pods, err = newPods(n); err != nil {
+			return nil, err
+		}
+	} else if err := n.startProxy(ctx); err != nil {
 		return nil, err
 	}
-	n.run(runCtx)
+	n.start()
 	return n, nil
 }
 
@@ -176,6 +188,8 @@ func (n *Node) buildControlPlane() error {
 		ClusterID: env.ClusterID,
 		Headers:   env.CAHeaders,
 		TTL:       env.SecretTTL,
+		// Shared mode asks for each pod's identity on its behalf (SPEC §6.2).
+		Impersonate: env.ProxyMode == envconfig.ModeShared,
 	})
 	if err != nil {
 		return fmt.Errorf("CA_ADDRESS: %w", err)
@@ -278,10 +292,14 @@ func (n *Node) startSidePorts(ctx context.Context) (err error) {
 		Readiness: orDefault(n.opts.ReadinessAddr, wild+":15021"),
 	}, admin.Config{
 		ConfigDump: func() any {
-			return admin.ConfigDump(admin.DumpInput{
+			in := admin.DumpInput{
 				Snapshot: n.store.Snapshot(), Certs: n.certs.States(), Config: n.opts.Env, Version: admin.Version,
 				IstioVersion: n.opts.Env.IstioVersion,
-			})
+			}
+			if n.pods != nil {
+				in.WorkloadState = n.pods.workloadState()
+			}
+			return admin.ConfigDump(in)
 		},
 		Quit:     func() { n.quitOnce.Do(func() { close(n.quit) }) },
 		LogLevel: n.opts.LogLevel,
@@ -290,15 +308,10 @@ func (n *Node) startSidePorts(ctx context.Context) (err error) {
 	return err
 }
 
-func (n *Node) startProxy(ctx context.Context) error {
+// proxyConfig is the configuration of a workload proxy serving the
+// workload find returns: dedicated mode's one, or one pod's in shared mode.
+func (n *Node) proxyConfig(find func(*state.Snapshot) *state.Workload) proxy.Config {
 	env := n.opts.Env
-	bind := n.opts.BindAddr
-	if !bind.IsValid() {
-		bind = netip.IPv6Unspecified()
-		if !env.IPv6Enabled {
-			bind = netip.IPv4Unspecified()
-		}
-	}
 	spoof := proxy.SpoofAuto
 	if env.EnableOrigSrc != nil {
 		spoof = proxy.SpoofOff
@@ -306,16 +319,17 @@ func (n *Node) startProxy(ctx context.Context) error {
 			spoof = proxy.SpoofRequired
 		}
 	}
-	p, err := proxy.New(proxy.Config{
-		Local:          n.findLocal,
-		BindAddr:       bind,
-		OutboundSource: n.opts.OutboundSource,
-		Network:        env.Network,
-		Store:          n.store,
-		Certs:          ownCerts{certs: n.certs, store: n.store, local: n.findLocal},
-		Metrics:        proxy.NewMetrics(n.registry),
-		ConnMgr:        n.connmgr,
-		EnableSOCKS5:   env.EnableSOCKS5,
+	return proxy.Config{
+		Local:        find,
+		Network:      env.Network,
+		Store:        n.store,
+		Certs:        ownCerts{certs: n.certs, store: n.store, local: find},
+		Metrics:      n.metrics,
+		ConnMgr:      n.connmgr,
+		EnableSOCKS5: env.EnableSOCKS5,
+		// ztunnel binds SOCKS5 to 127.0.0.1 (inside the pod in shared mode),
+		// never to the network.
+		SOCKS5Addr: netip.AddrFrom4([4]byte{127, 0, 0, 1}),
 		HBONE: hbone.Config{
 			StreamWindow: env.StreamWindow, ConnWindow: env.ConnWindow, MaxFrameSize: env.FrameSize,
 		},
@@ -327,9 +341,30 @@ func (n *Node) startProxy(ctx context.Context) error {
 			Enable: env.KeepaliveEnabled, Idle: env.KeepaliveTime,
 			Interval: env.KeepaliveInterval, Count: env.KeepaliveRetries,
 		},
-		Logger:    n.log.With("scope", "proxy"),
-		AccessLog: n.log.With("scope", "access"),
-	})
+		ListConnections: env.ProxyMode == envconfig.ModeShared,
+		Logger:          n.log.With("scope", "proxy"),
+		AccessLog:       n.log.With("scope", "access"),
+	}
+}
+
+// startProxy binds dedicated mode's one proxy in gozt's own network
+// namespace.
+func (n *Node) startProxy(ctx context.Context) error {
+	env := n.opts.Env
+	cfg := n.proxyConfig(n.findLocal)
+	cfg.BindAddr = n.opts.BindAddr
+	if !cfg.BindAddr.IsValid() {
+		cfg.BindAddr = netip.IPv6Unspecified()
+		if !env.IPv6Enabled {
+			cfg.BindAddr = netip.IPv4Unspecified()
+		}
+	} else {
+		// Tests run several dedicated proxies on loopback IPs; each keeps
+		// its SOCKS5 port on its own IP.
+		cfg.SOCKS5Addr = cfg.BindAddr
+	}
+	cfg.OutboundSource = n.opts.OutboundSource
+	p, err := proxy.New(cfg)
 	if err != nil {
 		return err
 	}
@@ -340,36 +375,43 @@ func (n *Node) startProxy(ctx context.Context) error {
 	return nil
 }
 
-// run starts the background loops: certificates, connection re-checks, xDS,
-// and the proxy's accept loops.
-func (n *Node) run(ctx context.Context) {
-	n.goRun(func() { _ = n.certs.Run(ctx) })
-	n.goRun(func() { _ = n.connmgr.Run(ctx) })
+// start runs the background loops: certificates, connection re-checks, xDS,
+// and the proxy's accept loops or the inpod manager. The first of them to
+// fail stops the node (Done) and is Shutdown's error.
+func (n *Node) start() {
+	n.run.Go("certs", n.certs.Run)
+	n.run.Go("connmgr", n.connmgr.Run)
 	if n.xds != nil {
-		n.goRun(func() { _ = n.xds.Run(ctx) })
-		n.goRun(func() {
+		n.run.Go("xds", n.xds.Run)
+		n.run.Go("xds readiness", func(ctx context.Context) error {
 			select {
 			case <-n.xds.Ready():
 				n.ready.Unblock(blockState)
 				n.log.Info("xds synced: state manager ready")
 			case <-ctx.Done():
 			}
+			return nil
 		})
 	}
-	n.goRun(func() { _ = n.proxy.Serve() })
+	if n.pods != nil {
+		n.run.Go("inpod", n.pods.mgr.Run)
+		if env := n.opts.Env; env.PodName != "" && env.PodNamespace != "" && env.ServiceAccount != "" {
+			n.run.Go("self-proxy", n.selfProxy)
+		}
+		return
+	}
+	p := n.proxy
+	n.run.Go("proxy", func(context.Context) error { return p.Serve() })
 	n.ready.Unblock(blockProxy)
-}
-
-func (n *Node) goRun(f func()) {
-	n.wg.Add(1)
-	go func() {
-		defer n.wg.Done()
-		f()
-	}()
 }
 
 // Quit is closed when POST /quitquitquit asks for a shutdown.
 func (n *Node) Quit() <-chan struct{} { return n.quit }
+
+// Done is closed when a part of the node failed (for example a ZDS protocol
+// error, SPEC §9): the process must shut down and exit 1 with Shutdown's
+// error.
+func (n *Node) Done() <-chan struct{} { return n.run.Failed() }
 
 // Store is the node's mesh state.
 func (n *Node) Store() *state.Store { return n.store }
@@ -377,36 +419,51 @@ func (n *Node) Store() *state.Store { return n.store }
 // Certs is the certificate manager.
 func (n *Node) Certs() *certs.Manager { return n.certs }
 
-// Addrs returns the workload listeners' addresses by name.
-func (n *Node) Addrs() map[string]net.Addr { return n.proxy.Addrs() }
+// Addrs returns dedicated mode's workload listener addresses by name (nil in
+// shared mode, whose listeners live in the pods' network namespaces).
+func (n *Node) Addrs() map[string]net.Addr {
+	if n.proxy != nil {
+		return n.proxy.Addrs()
+	}
+	return nil
+}
 
 // AdminAddr, MetricsAddr, ReadinessAddr are the bound side ports.
 func (n *Node) AdminAddr() net.Addr     { return n.ports.Admin.Addr() }
 func (n *Node) MetricsAddr() net.Addr   { return n.ports.Metrics.Addr() }
 func (n *Node) ReadinessAddr() net.Addr { return n.ports.Readiness.Addr() }
 
-// Shutdown drains the proxy until ctx is done, then stops everything.
+// Shutdown drains the workload proxies until ctx is done, then stops
+// everything. It returns the error that stopped the node, if one did.
 func (n *Node) Shutdown(ctx context.Context) error {
 	n.ready.Block("shutdown")
+	var errs []error
 	if n.proxy != nil {
-		_ = n.proxy.Shutdown(ctx)
+		errs = append(errs, n.proxy.Shutdown(ctx))
 	}
-	n.closeAll()
-	return nil
+	if n.pods != nil {
+		n.pods.shutdown(ctx)
+	}
+	errs = append(errs, n.closeAll())
+	return errors.Join(errs...)
 }
 
-func (n *Node) closeAll() {
+// closeAll stops every part at once and returns the first failure of a
+// background loop.
+func (n *Node) closeAll() error {
 	if n.proxy != nil {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
 		_ = n.proxy.Shutdown(ctx)
 	}
-	n.cancel()
-	n.wg.Wait()
+	err := n.run.Stop()
 	if n.ca != nil {
 		n.ca.Close()
 	}
-	n.ports.Shutdown(context.Background())
+	if n.ports != nil {
+		n.ports.Shutdown(context.Background())
+	}
+	return err
 }
 
 func orDefault(s, def string) string {

@@ -1,0 +1,274 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"sort"
+	"sync"
+
+	"github.com/gozt/gozt/certs/identity"
+	"github.com/gozt/gozt/proxy"
+	"github.com/gozt/gozt/proxy/inpod"
+	"github.com/gozt/gozt/proxy/sockopt"
+	"github.com/gozt/gozt/proxy/state"
+)
+
+// blockPods is the readiness blocker of shared mode (SPEC §8.3): set until
+// the ZDS snapshot is processed with no pending pod, and again whenever the
+// connection to istio-cni drops.
+const blockPods = "workload proxy manager"
+
+// pods are the per-pod proxies of shared mode, one set of listeners in each
+// ambient pod's network namespace, as istio-cni hands them over (SPEC §1.3,
+// §9).
+type pods struct {
+	n   *Node
+	mgr *inpod.Manager
+
+	mu      sync.Mutex
+	running map[string]*podProxy      // by ZDS uid
+	ids     map[identity.Identity]int // running pods per identity, for prefetch
+}
+
+// podProxy is one pod's proxy; it implements inpod.Pod.
+type podProxy struct {
+	pods *pods
+	uid  string
+	info inpod.WorkloadInfo
+	id   identity.Identity
+	p    *proxy.Proxy
+	done chan struct{} // closed when Serve has returned
+}
+
+func newPods(n *Node) (*pods, error) {
+	if err := checkPrivileges(n.opts.Env.PacketMark); err != nil {
+		return nil, err
+	}
+	ps := &pods{n: n, running: make(map[string]*podProxy), ids: make(map[identity.Identity]int)}
+	mgr, err := inpod.New(inpod.Config{
+		Path:       n.opts.Env.InpodUDS,
+		Start:      ps.start,
+		Logger:     n.log.With("scope", "inpod"),
+		Registerer: n.registry,
+		OnReady: func(ready bool) {
+			if ready {
+				n.ready.Unblock(blockPods)
+			} else {
+				n.ready.Block(blockPods)
+			}
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("INPOD_UDS: %w", err)
+	}
+	ps.mgr = mgr
+	return ps, nil
+}
+
+// checkPrivileges fails start-up unless gozt can enter a network namespace
+// and mark its sockets, as ztunnel checks at start in shared mode (SPEC §9).
+func checkPrivileges(mark uint32) error {
+	self, err := inpod.OpenNetns("/proc/self/ns/net")
+	if err != nil {
+		return fmt.Errorf("shared mode: %w", err)
+	}
+	defer self.Close()
+	err = self.Run(func() error {
+		lc := sockopt.ListenConfig(sockopt.Options{Mark: mark})
+		l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		return l.Close()
+	})
+	if err != nil {
+		return fmt.Errorf("shared mode needs CAP_SYS_ADMIN (setns into pod network namespaces) and CAP_NET_ADMIN (SO_MARK %d): %w", mark, err)
+	}
+	return nil
+}
+
+// start is the inpod.StartFunc: it binds the pod's listeners inside its
+// network namespace and serves them. The pod's local workload is found among
+// the xDS workloads of this node by the ZDS name, namespace and service
+// account, as dedicated mode finds its own; connections wait for it.
+func (ps *pods) start(uid string, info inpod.WorkloadInfo, ns *inpod.Netns) (inpod.Pod, error) {
+	n := ps.n
+	env := n.opts.Env
+	find := func(s *state.Snapshot) *state.Workload {
+		return s.FindWorkload(env.NodeName, info.Namespace, info.Name, info.ServiceAccount)
+	}
+	cfg := n.proxyConfig(find)
+	cfg.WorkloadUID = uid
+	cfg.InNetns = ns.Run
+	cfg.ReusePort = env.InpodPortReuse
+	cfg.BindAddr = netip.IPv6Unspecified()
+	if !env.IPv6Enabled {
+		cfg.BindAddr = netip.IPv4Unspecified()
+	}
+	p, err := proxy.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.Listen(context.Background()); err != nil {
+		return nil, err
+	}
+	pp := &podProxy{pods: ps, uid: uid, info: info, id: ps.identity(info), p: p, done: make(chan struct{})}
+	go func() {
+		defer close(pp.done)
+		_ = p.Serve() // Serve returns nil once Shutdown has ended every connection
+	}()
+	ps.mu.Lock()
+	ps.running[uid] = pp
+	if ps.ids[pp.id]++; ps.ids[pp.id] == 1 {
+		n.certs.Prefetch(pp.id)
+	}
+	ps.mu.Unlock()
+	n.log.Info("pod proxy started", "uid", uid, "namespace", info.Namespace, "name", info.Name, "identity", pp.id.String())
+	return pp, nil
+}
+
+// identity is the SPIFFE identity of a pod: its service account in the trust
+// domain xDS gives its workload, else TRUST_DOMAIN.
+func (ps *pods) identity(info inpod.WorkloadInfo) identity.Identity {
+	env := ps.n.opts.Env
+	if w := ps.n.store.Snapshot().FindWorkload(env.NodeName, info.Namespace, info.Name, info.ServiceAccount); w != nil {
+		return w.Identity()
+	}
+	sa := info.ServiceAccount
+	if sa == "" {
+		sa = state.DefaultServiceAccount
+	}
+	return identity.Identity{TrustDomain: env.TrustDomain, Namespace: info.Namespace, ServiceAccount: sa}
+}
+
+// Stop drains the pod's proxy at once (SPEC §8.4: a deleted pod gets no
+// grace period) and forgets its certificate when no other pod shares it.
+func (pp *podProxy) Stop() {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_ = pp.p.Shutdown(ctx)
+	<-pp.done
+	ps := pp.pods
+	ps.mu.Lock()
+	if ps.running[pp.uid] == pp {
+		delete(ps.running, pp.uid)
+	}
+	if ps.ids[pp.id]--; ps.ids[pp.id] <= 0 {
+		delete(ps.ids, pp.id)
+		ps.n.certs.Forget(pp.id)
+	}
+	ps.mu.Unlock()
+	ps.n.log.Info("pod proxy stopped", "uid", pp.uid, "namespace", pp.info.Namespace, "name", pp.info.Name)
+}
+
+// shutdown drains every pod's proxy until ctx is done, as SIGTERM drains
+// dedicated mode's one proxy (SPEC §8.4: in shared mode all per-pod proxies
+// drain this way). The inpod manager, stopped after this, finds them ended.
+func (ps *pods) shutdown(ctx context.Context) {
+	ps.mu.Lock()
+	all := make([]*podProxy, 0, len(ps.running))
+	for _, pp := range ps.running {
+		all = append(all, pp)
+	}
+	ps.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, pp := range all {
+		wg.Go(func() { _ = pp.p.Shutdown(ctx) })
+	}
+	wg.Wait()
+}
+
+// workloadStateJSON is one pod of /config_dump's workloadState (SPEC §8.2).
+type workloadStateJSON struct {
+	State string           `json:"state"`
+	Info  workloadInfoJSON `json:"info"`
+	Conns *connectionsJSON `json:"connections"`
+}
+
+type workloadInfoJSON struct {
+	Name           string `json:"name"`
+	Namespace      string `json:"namespace"`
+	TrustDomain    string `json:"trustDomain"`
+	ServiceAccount string `json:"serviceAccount"`
+}
+
+type connectionsJSON struct {
+	Inbound  []proxy.ConnJSON `json:"inbound"`
+	Outbound []proxy.ConnJSON `json:"outbound"`
+}
+
+// workloadState is /config_dump's workloadState: every pod istio-cni handed
+// over, Up or Pending, with the live connections of those that are up.
+func (ps *pods) workloadState() map[string]workloadStateJSON {
+	states := ps.mgr.Pods()
+	ps.mu.Lock()
+	running := make(map[string]*podProxy, len(ps.running))
+	for uid, pp := range ps.running {
+		running[uid] = pp
+	}
+	ps.mu.Unlock()
+	out := make(map[string]workloadStateJSON, len(states))
+	for _, st := range states {
+		ws := workloadStateJSON{
+			State: st.State,
+			Info: workloadInfoJSON{Name: st.Info.Name, Namespace: st.Info.Namespace,
+				TrustDomain: ps.identity(st.Info).TrustDomain, ServiceAccount: st.Info.ServiceAccount},
+			Conns: &connectionsJSON{Inbound: []proxy.ConnJSON{}, Outbound: []proxy.ConnJSON{}},
+		}
+		if pp := running[st.UID]; pp != nil {
+			in, outb := pp.p.Connections()
+			sort.Slice(in, func(i, j int) bool { return in[i].Src < in[j].Src })
+			sort.Slice(outb, func(i, j int) bool { return outb[i].Src < outb[j].Src })
+			ws.Conns = &connectionsJSON{Inbound: in, Outbound: outb}
+		}
+		out[st.UID] = ws
+	}
+	return out
+}
+
+// selfProxy serves gozt's own identity on 15008 in gozt's own network
+// namespace, so mesh clients reach gozt's endpoints (metrics, say) over
+// HBONE with policy applied (SPEC §1.3). It exists in shared mode when
+// POD_NAME, POD_NAMESPACE and SERVICE_ACCOUNT are all set, starts after the
+// first xDS sync, and never preserves the client's source IP.
+func (n *Node) selfProxy(ctx context.Context) error {
+	env := n.opts.Env
+	if n.xds != nil {
+		select {
+		case <-n.xds.Ready():
+		case <-ctx.Done():
+			return nil
+		}
+	}
+	find := func(s *state.Snapshot) *state.Workload {
+		return s.FindWorkload(env.NodeName, env.PodNamespace, env.PodName, env.ServiceAccount)
+	}
+	cfg := n.proxyConfig(find)
+	cfg.WorkloadUID = "self"
+	cfg.InboundOnly = true
+	cfg.Spoof = proxy.SpoofOff
+	cfg.ListConnections = false
+	cfg.BindAddr = n.opts.BindAddr
+	if !cfg.BindAddr.IsValid() {
+		cfg.BindAddr = netip.IPv6Unspecified()
+		if !env.IPv6Enabled {
+			cfg.BindAddr = netip.IPv4Unspecified()
+		}
+	}
+	p, err := proxy.New(cfg)
+	if err != nil {
+		return err
+	}
+	if err := p.Listen(ctx); err != nil {
+		return fmt.Errorf("self-proxy: %w", err)
+	}
+	n.log.Info("self-proxy listening", "addr", p.Addrs()["inbound"].String())
+	served := make(chan error, 1)
+	go func() { served <- p.Serve() }()
+	<-ctx.Done()
+	dctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_ = p.Shutdown(dctx)
+	return <-served
+}
