@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/gozt/gozt/certs/identity"
+	"github.com/gozt/gozt/cmd/gozt/internal/envconfig"
 )
 
 // TestOwnCertsOnly: a dedicated proxy may hold only its own workload's
@@ -101,5 +104,22 @@ func TestXDSDownAtStart(t *testing.T) {
 	}
 	if err := socksPing(clientIP, serverIP+":8080"); err != nil {
 		t.Errorf("traffic once xDS arrived: %v", err)
+	}
+}
+
+// TestSOCKS5OnLoopbackOnly: the unauthenticated SOCKS5 listener binds
+// 127.0.0.1, as ztunnel's does, in both modes; only tests that give each
+// dedicated proxy its own loopback IP move it there (issue 14, defect 2).
+func TestSOCKS5OnLoopbackOnly(t *testing.T) {
+	for _, mode := range []string{"PROXY_MODE=shared", "PROXY_MODE=dedicated"} {
+		env, err := envconfig.Load([]string{mode, "PROXY_WORKLOAD_INFO=ns/name/sa", "UNSTABLE_ENABLE_SOCKS5=true"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := &Node{opts: Options{Env: env}, log: slog.New(slog.DiscardHandler)}
+		cfg := n.proxyConfig(nil)
+		if got := cfg.SOCKS5Addr; got != netip.MustParseAddr("127.0.0.1") || !cfg.EnableSOCKS5 {
+			t.Errorf("%s: SOCKS5 binds %v (enabled %v), want 127.0.0.1", mode, got, cfg.EnableSOCKS5)
+		}
 	}
 }

@@ -394,7 +394,7 @@ func (n *Node) start() {
 		})
 	}
 	if n.pods != nil {
-		n.run.Go("inpod", n.pods.mgr.Run)
+		n.run.Go("workload proxy manager", n.pods.mgr.Run)
 		if env := n.opts.Env; env.PodName != "" && env.PodNamespace != "" && env.ServiceAccount != "" {
 			n.run.Go("self-proxy", n.selfProxy)
 		}

@@ -73,7 +73,7 @@ func (cp *controlPlane) startShared(t *testing.T, name string, extra ...string) 
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		if err := n.Shutdown(ctx); err != nil {
+		if err := n.Shutdown(ctx); err != nil && !errors.Is(err, inpod.ErrProtocol) {
 			t.Errorf("Shutdown %s: %v", name, err)
 		}
 	})
@@ -201,6 +201,20 @@ func TestSharedModeTraffic(t *testing.T) {
 	}
 	if !strings.Contains(metrics, "workload_manager_active_proxy_count 1") {
 		t.Errorf("node2 metrics lack workload_manager_active_proxy_count 1:\n%s", grepLines(metrics, "workload_manager"))
+	}
+
+	// Each pod's certificate was asked for on its behalf with the node's
+	// token (SPEC §6.2): istiod's ImpersonatedIdentity.
+	impersonated := map[string]bool{}
+	for _, r := range cp.cas.Requests() {
+		if r.HasImpersonated && r.Impersonated == r.Identity.String() && r.Authorization == "Bearer node-token" {
+			impersonated[r.Identity.ServiceAccount] = true
+		}
+	}
+	for _, sa := range []string{"a", "b", "c"} {
+		if !impersonated[sa] {
+			t.Errorf("no impersonated CSR with the node token for pod %s; CA saw %+v", sa, cp.cas.Requests())
+		}
 	}
 
 	t.Run("hostile", func(t *testing.T) { sharedHostile(t, cp, n1, a, b, c, d) })
@@ -434,6 +448,11 @@ func TestSharedModeZDS(t *testing.T) {
 	if _, err := live.Read(make([]byte, 1)); err == nil || isTimeout(err) {
 		t.Errorf("connection to a deleted pod: read = %v, want it closed at once", err)
 	}
+	for _, st := range n1.Certs().States() {
+		if st.Identity.ServiceAccount == "c" || st.Identity.ServiceAccount == "e" {
+			t.Errorf("certificate of removed pod %s still held (%s)", st.Identity, st.Status)
+		}
+	}
 	if !strings.Contains(get(t, "http://"+n1.MetricsAddr().String()+"/metrics"), "workload_manager_proxies_stopped_total 2") {
 		t.Error("workload_manager_proxies_stopped_total is not 2 after E and C were stopped")
 	}
@@ -617,5 +636,27 @@ func TestSharedModeUpgrade(t *testing.T) {
 	}
 	if appC.count() < n.ok {
 		t.Errorf("the app saw %d connections, fewer than the %d that echoed", appC.count(), n.ok)
+	}
+}
+
+// TestSharedModeProtocolError: a ZDS protocol error (Keep after the
+// snapshot, SPEC §9) is NACKed and stops gozt: Done closes and Shutdown
+// returns the error, which main turns into exit status 1.
+func TestSharedModeProtocolError(t *testing.T) {
+	requireRootTools(t)
+	cp := newControlPlane(t)
+	n := cp.startShared(t, "node1")
+	n.snapshotSent(t)
+	ack, err := n.zds.Keep("uid-late")
+	if err != nil || ack == "" {
+		t.Fatalf("Keep after SnapshotSent = %q, %v; want a NACK", ack, err)
+	}
+	select {
+	case <-n.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("gozt kept running after a ZDS protocol error")
+	}
+	if err := n.Shutdown(context.Background()); !errors.Is(err, inpod.ErrProtocol) {
+		t.Errorf("Shutdown = %v, want it to carry inpod.ErrProtocol", err)
 	}
 }
