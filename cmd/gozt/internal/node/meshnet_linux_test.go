@@ -58,14 +58,12 @@ var meshSeq atomic.Int32
 type meshNet struct {
 	t      *testing.T
 	prefix string // short unique prefix for netns and link names
-	nodes  int
 }
 
 func newMeshNet(t *testing.T) *meshNet {
 	t.Helper()
 	requireRootTools(t)
-	m := &meshNet{t: t, prefix: fmt.Sprintf("gz%d%d", os.Getpid()%1000, meshSeq.Add(1))}
-	return m
+	return &meshNet{t: t, prefix: fmt.Sprintf("gz%d%d", os.Getpid()%1000, meshSeq.Add(1))}
 }
 
 func (m *meshNet) run(args ...string) {
