@@ -64,9 +64,11 @@ func (cp *controlPlane) startShared(t *testing.T, name string, extra ...string) 
 	if env.ProxyMode != envconfig.ModeShared {
 		t.Fatalf("PROXY_MODE unset gave mode %q, want shared", env.ProxyMode)
 	}
-	n, err := Start(context.Background(), Options{
-		Env: env, AdminAddr: "127.0.0.1:0", MetricsAddr: "127.0.0.1:0", ReadinessAddr: "127.0.0.1:0",
-	})
+	opts := Options{Env: env, AdminAddr: "127.0.0.1:0", MetricsAddr: "127.0.0.1:0", ReadinessAddr: "127.0.0.1:0"}
+	if env.PodName != "" {
+		opts.BindAddr = netip.MustParseAddr(selfIP) // the self-proxy's 15008
+	}
+	n, err := Start(context.Background(), opts)
 	if err != nil {
 		t.Fatalf("Start %s: %v", name, err)
 	}
@@ -658,5 +660,71 @@ func TestSharedModeProtocolError(t *testing.T) {
 	}
 	if err := n.Shutdown(context.Background()); !errors.Is(err, inpod.ErrProtocol) {
 		t.Errorf("Shutdown = %v, want it to carry inpod.ErrProtocol", err)
+	}
+}
+
+// selfIP is where TestSharedModeSelfProxy's self-proxy listens.
+const selfIP = "127.77.0.1"
+
+// TestSharedModeSelfProxy: with POD_NAME, POD_NAMESPACE and SERVICE_ACCOUNT
+// set, shared mode serves gozt's own identity on 15008 in its own netns
+// after the first xDS sync (SPEC §1.3), and never preserves the client's IP.
+func TestSharedModeSelfProxy(t *testing.T) {
+	requireRootTools(t)
+	cp := newControlPlane(t)
+	self := meshWorkload("ztunnel-abc", selfIP, "node1")
+	self.Namespace, self.ServiceAccount, self.Uid = "istio-system", "ztunnel", "Kubernetes//Pod/istio-system/ztunnel-abc"
+	cp.xds.PushWorkload(self)
+	n := cp.startShared(t, "node1", "POD_NAME=ztunnel-abc", "POD_NAMESPACE=istio-system", "SERVICE_ACCOUNT=ztunnel")
+	n.snapshotSent(t)
+	ln, err := net.Listen("tcp", selfIP+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	seen := make(chan string, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		seen <- c.RemoteAddr().(*net.TCPAddr).IP.String()
+		c.Write([]byte("hi"))
+		c.Close()
+	}()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	client, err := cp.ca.Issue(ctx, identity.Identity{TrustDomain: "cluster.local", Namespace: "demo", ServiceAccount: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw net.Conn
+	eventually(t, 10*time.Second, "self-proxy listening", func() bool {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.9")}, Timeout: time.Second}
+		raw, err = d.Dial("tcp", selfIP+":15008")
+		return err == nil
+	})
+	tc := tls.Client(raw, certs.ClientConfig(client, []string{"spiffe://cluster.local/ns/istio-system/sa/ztunnel"}))
+	if err := tc.HandshakeContext(ctx); err != nil {
+		t.Fatalf("TLS with the self-proxy, expecting gozt's own identity: %v", err)
+	}
+	cc, err := hbone.NewClientConn(ctx, tc, hbone.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	s, err := cc.Connect(ctx, ln.Addr().String(), nil)
+	if err != nil {
+		t.Fatalf("CONNECT through the self-proxy: %v", err)
+	}
+	defer s.Close()
+	select {
+	case src := <-seen:
+		if src == "127.0.0.9" {
+			t.Error("the self-proxy preserved the client's source IP; it must never spoof")
+		}
+	case <-ctx.Done():
+		t.Fatal("the self-proxy did not reach the target")
 	}
 }
