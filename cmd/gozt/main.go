@@ -28,6 +28,7 @@ import (
 	"github.com/gozt/gozt/cmd/gozt/internal/envconfig"
 	"github.com/gozt/gozt/cmd/gozt/internal/explain"
 	"github.com/gozt/gozt/cmd/gozt/internal/local"
+	"github.com/gozt/gozt/cmd/gozt/internal/logscope"
 	"github.com/gozt/gozt/cmd/gozt/internal/node"
 )
 
@@ -91,11 +92,11 @@ func runProxy(stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	level := new(slog.LevelVar)
-	if err := level.UnmarshalText([]byte(envOr("LOG_LEVEL", "info"))); err != nil {
-		return fmt.Errorf("LOG_LEVEL: %w", err)
+	level, filter, err := logLevels()
+	if err != nil {
+		return err
 	}
-	logger := newLogger(stderr, env.LogFormat, level)
+	logger := newLogger(stderr, env.LogFormat, level, filter)
 	raiseFileLimit(logger)
 	workers := env.Workers.Count(runtime.NumCPU())
 	runtime.GOMAXPROCS(workers)
@@ -154,12 +155,12 @@ func runLocal(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	level := new(slog.LevelVar)
-	if err := level.UnmarshalText([]byte(envOr("LOG_LEVEL", "info"))); err != nil {
-		return fmt.Errorf("LOG_LEVEL: %w", err)
+	level, filter, err := logLevels()
+	if err != nil {
+		return err
 	}
 	opts.LogLevel = level
-	opts.Logger = newLogger(stderr, os.Getenv("LOG_FORMAT"), level)
+	opts.Logger = newLogger(stderr, os.Getenv("LOG_FORMAT"), level, filter)
 	opts.Out = stdout
 	raiseFileLimit(opts.Logger)
 
@@ -205,17 +206,33 @@ func drainDeadline() (time.Duration, error) {
 	return 5 * time.Second, nil
 }
 
-func newLogger(w io.Writer, format string, level *slog.LevelVar) *slog.Logger {
-	opts := &slog.HandlerOptions{Level: level}
-	if strings.EqualFold(format, "json") {
-		return slog.New(slog.NewJSONHandler(w, opts))
+// logLevels reads the log levels: RUST_LOG as ztunnel reads it (Istio's
+// chart sets it from logLevel: a default and per-scope levels), then
+// LOG_LEVEL, gozt's own, which sets the default when given.
+func logLevels() (*slog.LevelVar, logscope.Filter, error) {
+	filter, err := logscope.Parse(os.Getenv("RUST_LOG"))
+	if err != nil {
+		return nil, filter, err
 	}
-	return slog.New(slog.NewTextHandler(w, opts))
+	level := new(slog.LevelVar)
+	if filter.Default != nil {
+		level.Set(*filter.Default)
+	}
+	if v := os.Getenv("LOG_LEVEL"); v != "" {
+		if err := level.UnmarshalText([]byte(v)); err != nil {
+			return nil, filter, fmt.Errorf("LOG_LEVEL: %w", err)
+		}
+	}
+	return level, filter, nil
 }
 
-func envOr(k, def string) string {
-	if v := os.Getenv(k); v != "" {
-		return v
+// newLogger writes plain or JSON logs at level, with the per-scope levels of
+// filter.
+func newLogger(w io.Writer, format string, level *slog.LevelVar, filter logscope.Filter) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: slog.LevelDebug} // the scope filter decides
+	var h slog.Handler = slog.NewTextHandler(w, opts)
+	if strings.EqualFold(format, "json") {
+		h = slog.NewJSONHandler(w, opts)
 	}
-	return def
+	return slog.New(logscope.Handler(h, level, filter))
 }

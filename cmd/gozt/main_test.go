@@ -36,6 +36,11 @@ func TestRunCommands(t *testing.T) {
 	if err := run([]string{"proxy"}, &bytes.Buffer{}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "ROOT_CA") {
 		t.Errorf("run(proxy) in shared mode without a root certificate = %v, want an error naming it", err)
 	}
+	t.Setenv("RUST_LOG", "info,access=loud")
+	if err := run([]string{"proxy"}, &bytes.Buffer{}, &bytes.Buffer{}); err == nil || !strings.HasPrefix(err.Error(), "RUST_LOG: ") {
+		t.Errorf("run(proxy) with a bad RUST_LOG = %v, want an error naming it", err)
+	}
+	t.Setenv("RUST_LOG", "info")
 	t.Setenv("PROXY_MODE", "dedicated")
 	t.Setenv("PROXY_WORKLOAD_INFO", "")
 	if err := run([]string{"proxy"}, &bytes.Buffer{}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "PROXY_WORKLOAD_INFO") {

@@ -1,0 +1,86 @@
+package logscope
+
+import (
+	"bytes"
+	"log/slog"
+	"strings"
+	"testing"
+)
+
+func TestParse(t *testing.T) {
+	debug, info, off := slog.LevelDebug, slog.LevelInfo, LevelOff
+	for _, tc := range []struct {
+		in      string
+		def     *slog.Level
+		scopes  map[string]slog.Level
+		wantErr string
+	}{
+		{in: "", scopes: map[string]slog.Level{}},
+		{in: "info", def: &info, scopes: map[string]slog.Level{}},
+		{in: "debug", def: &debug, scopes: map[string]slog.Level{}},
+		{in: "off", def: &off, scopes: map[string]slog.Level{}},
+		{in: "info,access=debug", def: &info, scopes: map[string]slog.Level{"access": debug}},
+		{in: "ztunnel::proxy::inbound=trace, xds=off", scopes: map[string]slog.Level{"proxy": debug, "xds": off}},
+		{in: "hickory_server::server=off,warn", def: ptr(slog.LevelWarn), scopes: map[string]slog.Level{"hickory_server": off}},
+		{in: "loud", wantErr: `directive "loud": unknown level`},
+		{in: "access=verbose", wantErr: `directive "access=verbose"`},
+		{in: "=debug", wantErr: "empty target"},
+	} {
+		f, err := Parse(tc.in)
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !strings.HasPrefix(err.Error(), "RUST_LOG: ") {
+				t.Errorf("Parse(%q) error = %v, want one naming RUST_LOG and %q", tc.in, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("Parse(%q): %v", tc.in, err)
+			continue
+		}
+		if (f.Default == nil) != (tc.def == nil) || (f.Default != nil && *f.Default != *tc.def) {
+			t.Errorf("Parse(%q) default = %v, want %v", tc.in, f.Default, tc.def)
+		}
+		if len(f.ScopeLevel) != len(tc.scopes) {
+			t.Errorf("Parse(%q) scopes = %v, want %v", tc.in, f.ScopeLevel, tc.scopes)
+		}
+		for k, v := range tc.scopes {
+			if f.ScopeLevel[k] != v {
+				t.Errorf("Parse(%q) scope %s = %v, want %v", tc.in, k, f.ScopeLevel[k], v)
+			}
+		}
+	}
+}
+
+func ptr(l slog.Level) *slog.Level { return &l }
+
+// TestHandler: a scope RUST_LOG names uses its level; other scopes use the
+// default, which stays changeable at runtime.
+func TestHandler(t *testing.T) {
+	f, err := Parse("info,access=debug,xds=off")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	def := new(slog.LevelVar)
+	def.Set(*f.Default)
+	log := slog.New(Handler(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}), def, f))
+	access, proxy, xds := log.With("scope", "access"), log.With("scope", "proxy"), log.With("scope", "xds")
+	access.Debug("access-debug")
+	proxy.Debug("proxy-debug")
+	proxy.Info("proxy-info")
+	xds.Error("xds-error")
+	log.WithGroup("g").With("scope", "access").Debug("grouped-access-debug")
+	def.Set(slog.LevelDebug) // POST /logging?level=debug
+	proxy.Debug("proxy-debug-later")
+	out := buf.String()
+	for _, want := range []string{"access-debug", "proxy-info", "grouped-access-debug", "proxy-debug-later"} {
+		if !strings.Contains(out, "msg="+want) {
+			t.Errorf("missing %q in:\n%s", want, out)
+		}
+	}
+	for _, not := range []string{"msg=proxy-debug ", "xds-error"} {
+		if strings.Contains(out+" ", not) {
+			t.Errorf("%q logged, want it filtered:\n%s", not, out)
+		}
+	}
+}
