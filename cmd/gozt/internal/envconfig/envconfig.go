@@ -139,6 +139,10 @@ func Load(environ []string) (Config, error) {
 	if c.LogFormat != "plain" && c.LogFormat != "json" {
 		l.fail("LOG_FORMAT", "must be plain or json, not %q", c.LogFormat)
 	}
+	if v := l.get("CRL_PATH"); v != "" {
+		// Istio's chart sets CRL_PATH only with peerCaCrl.enabled.
+		l.fail("CRL_PATH", "certificate revocation lists (%s) are not supported yet; unset CRL_PATH (chart value peerCaCrl.enabled=false)", v)
+	}
 	if l.boolean("FAKE_CA", false) {
 		l.fail("FAKE_CA", "gozt has no insecure fake CA; certificates always come from CA_ADDRESS")
 	}

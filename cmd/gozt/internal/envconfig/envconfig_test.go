@@ -108,6 +108,7 @@ func TestBadValues(t *testing.T) {
 		"KEEPALIVE_INTERVAL=3",
 		"KEEPALIVE_RETRIES=-1",
 		"INPOD_PORT_REUSE=perhaps",
+		"CRL_PATH=/var/run/secrets/istio/crl/ca-crl.pem",
 	} {
 		env := []string{kv}
 		name, _, _ := strings.Cut(kv, "=")
