@@ -40,14 +40,15 @@ func unavailable(err error) *inboundError {
 }
 
 // handleInbound terminates mTLS on 15008 and serves HTTP/2 CONNECT streams.
-func (p *Proxy) handleInbound(c net.Conn) bool {
+// Each CONNECT stream is handed off on its own (serveConnect); c never is.
+func (p *Proxy) handleInbound(c net.Conn) (net.Conn, func(relay.Result, error)) {
 	tc := tls.Server(hbone.NewBatchConn(c), certs.ServerConfig(p.serverCert))
 	ctx, cancel := context.WithTimeout(p.lifetime, handshakeTimeout)
 	err := tc.HandshakeContext(ctx)
 	cancel()
 	if err != nil {
 		p.log.Debug("inbound tls handshake failed", "src.addr", c.RemoteAddr(), "error", err)
-		return false
+		return nil, nil
 	}
 	cs := tc.ConnectionState()
 	id, _ := certs.PeerIdentity(&cs) // zero when absent: no identity
@@ -56,7 +57,7 @@ func (p *Proxy) handleInbound(c net.Conn) bool {
 	if err := p.hbone.ServeConn(p.lifetime, tc); err != nil {
 		p.log.Debug("inbound hbone connection ended", "src.addr", c.RemoteAddr(), "error", err)
 	}
-	return false
+	return nil, nil
 }
 
 // peer is what an inbound HBONE connection's client certificate says, read
@@ -90,25 +91,16 @@ type inboundRequest struct {
 	snap         *state.Snapshot // the snapshot every check used, or nil before it was taken
 }
 
-// serveConnect handles one CONNECT stream (SPEC §2.4, steps in order).
+// serveConnect handles one CONNECT stream (SPEC §2.4, steps in order). It
+// runs inside the handler of the stream's TLS connection (ServeConn returns
+// only after its stream handlers), so it may hand the stream off.
 func (p *Proxy) serveConnect(s *hbone.ServerStream) {
-	p.wg.Add(1)
-	handedOff := false
-	defer func() {
-		if !handedOff {
-			s.Close()
-			p.wg.Done()
-		}
-	}()
 	up, rec, done := p.acceptConnect(s)
 	if up == nil {
+		s.Close()
 		return
 	}
-	p.startRelay(s, up, func(res relay.Result, err error) {
-		rec.close(res.AToB, res.BToA, done(err))
-		p.wg.Done()
-	})
-	handedOff = true
+	p.handOff(s, up, func(res relay.Result, err error) { rec.close(res.AToB, res.BToA, done(err)) })
 }
 
 // acceptConnect checks, authorizes and answers one CONNECT and dials its

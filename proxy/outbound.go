@@ -18,9 +18,8 @@ import (
 )
 
 // handleOutbound serves a connection captured on 15001 (SPEC §3.1).
-func (p *Proxy) handleOutbound(c net.Conn) bool {
-	dst := originalDst(c)
-	return p.proxyOutbound(c, dst)
+func (p *Proxy) handleOutbound(c net.Conn) (net.Conn, func(relay.Result, error)) {
+	return p.proxyOutbound(c, originalDst(c))
 }
 
 // originalDst is SO_ORIGINAL_DST, falling back to the socket's local address
@@ -46,20 +45,15 @@ func unmap(ap netip.AddrPort) netip.AddrPort {
 	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 }
 
-// proxyOutbound routes one outbound connection to dst and starts relaying
-// it. It is shared by the outbound listener and SOCKS5, and reports whether
-// the relay took the connection over (runHandler's contract).
-func (p *Proxy) proxyOutbound(down net.Conn, dst netip.AddrPort) bool {
+// proxyOutbound routes one outbound connection to dst and opens its
+// upstream leg, returning it with the finish that records the connection (a
+// handler's result). It is shared by the outbound listener and SOCKS5.
+func (p *Proxy) proxyOutbound(down net.Conn, dst netip.AddrPort) (net.Conn, func(relay.Result, error)) {
 	up, rec := p.openOutbound(down, dst)
 	if up == nil {
-		return false
+		return nil, nil
 	}
-	p.startRelay(down, up, func(res relay.Result, err error) {
-		rec.close(res.AToB, res.BToA, err)
-		p.untrack(down)
-		p.wg.Done()
-	})
-	return true
+	return up, func(res relay.Result, err error) { rec.close(res.AToB, res.BToA, err) }
 }
 
 // openOutbound routes the connection and opens its upstream leg; nil means

@@ -10,19 +10,14 @@ import (
 
 // handlePlaintext serves a connection captured on 15006: inbound traffic
 // without HBONE (SPEC §1.2). It connects to the original destination with
-// the client's IP as source, and reports whether the relay took the
-// connection over (runHandler's contract).
-func (p *Proxy) handlePlaintext(c net.Conn) bool {
+// the client's IP as source and returns that leg with its finish (a
+// handler's result).
+func (p *Proxy) handlePlaintext(c net.Conn) (net.Conn, func(relay.Result, error)) {
 	up, rec, done := p.acceptPlaintext(c)
 	if up == nil {
-		return false
+		return nil, nil
 	}
-	p.startRelay(c, up, func(res relay.Result, err error) {
-		rec.close(res.AToB, res.BToA, done(err))
-		p.untrack(c)
-		p.wg.Done()
-	})
-	return true
+	return up, func(res relay.Result, err error) { rec.close(res.AToB, res.BToA, done(err)) }
 }
 
 // acceptPlaintext authorizes the connection and dials its upstream; a nil

@@ -314,7 +314,7 @@ func (p *Proxy) Addrs() map[string]net.Addr {
 // connection it started has finished.
 func (p *Proxy) Serve() error {
 	p.mu.Lock()
-	handlers := map[string]func(net.Conn) bool{
+	handlers := map[string]handler{
 		"outbound":  p.handleOutbound,
 		"plaintext": p.handlePlaintext,
 		"inbound":   p.handleInbound,
@@ -330,7 +330,7 @@ func (p *Proxy) Serve() error {
 }
 
 // acceptLoop accepts connections on l until it is closed.
-func (p *Proxy) acceptLoop(l net.Listener, handle func(net.Conn) bool) {
+func (p *Proxy) acceptLoop(l net.Listener, handle handler) {
 	defer p.wg.Done()
 	for {
 		c, err := l.Accept()
@@ -355,38 +355,60 @@ func (p *Proxy) acceptLoop(l net.Listener, handle func(net.Conn) bool) {
 	}
 }
 
-// runHandler runs one connection's handler; a panic closes that connection
-// and nothing else (TESTPLAN F26). A handler that hands the connection to
-// relay.Start returns true: the relay's end (finishRelay) then untracks it.
-func (p *Proxy) runHandler(c net.Conn, handle func(net.Conn) bool) {
-	handedOff := false
-	defer func() {
-		if r := recover(); r != nil {
-			p.log.Error("connection handler panicked", "panic", r, "src.addr", c.RemoteAddr())
-		}
-		if !handedOff {
-			p.untrack(c)
-			p.wg.Done()
-		}
-	}()
-	handedOff = handle(c)
+// handler serves one accepted connection c. It returns the upstream leg it
+// opened and the finish that records the connection, for runHandler to hand
+// both legs off; or a nil up, and runHandler closes c.
+type handler func(c net.Conn) (up net.Conn, finish func(relay.Result, error))
+
+// runHandler runs one connection's handler, then hands the legs it returned
+// off to the relay or ends c. A panic closes that connection and nothing
+// else (TESTPLAN F26).
+func (p *Proxy) runHandler(c net.Conn, handle handler) {
+	defer p.wg.Done()
+	up, finish := p.callHandler(c, handle)
+	if up == nil {
+		p.untrack(c)
+		return
+	}
+	p.handOff(c, up, finish)
 }
 
-// startRelay relays a and b on relay.Start's goroutines and returns at once,
-// so the handler's goroutine, whose stack routing, dialing and TLS grew,
-// ends instead of idling for the connection's lifetime (DESIGN "Making HBONE
-// fast": an idle connection holds only a minimal goroutine). finish runs
-// once both directions have ended, after both legs are closed; a panic in it
-// is logged and contained like a handler's.
-func (p *Proxy) startRelay(a, b net.Conn, finish func(relay.Result, error)) {
-	relay.Start(a, b, nil, nil, func(res relay.Result, err error) {
-		defer func() {
-			if r := recover(); r != nil {
-				p.log.Error("connection handler panicked", "panic", r, "src.addr", a.RemoteAddr())
-			}
-		}()
-		b.Close()
-		a.Close()
+// callHandler calls handle(c); a panic returns no upstream.
+func (p *Proxy) callHandler(c net.Conn, handle handler) (up net.Conn, finish func(relay.Result, error)) {
+	defer p.containPanic(c)
+	return handle(c)
+}
+
+// containPanic, deferred, logs and stops a panic in the handling of the
+// connection from c.
+func (p *Proxy) containPanic(c net.Conn) {
+	if r := recover(); r != nil {
+		p.log.Error("connection handler panicked", "panic", r, "src.addr", c.RemoteAddr())
+	}
+}
+
+// handOff is the one way a connection reaches the relay: it copies down to
+// up and back on relay.Start's goroutines and returns at once, so the
+// handler's goroutine, whose stack routing, dialing and TLS grew, ends
+// instead of idling for the connection's lifetime (DESIGN "Making HBONE
+// fast": an idle connection holds only a minimal goroutine).
+//
+// From the call on the relay owns both legs and down's tracking: the caller
+// never touches them again, and once both directions have ended the relay
+// closes up and down, runs finish, then untracks down.
+//
+// The caller must hold a unit of p.wg, as every handler does and every
+// CONNECT stream through its TLS connection's handler, so that Shutdown is
+// still waiting; handOff adds the relay's own unit and releases it last. A
+// panic in finish is logged and contained like a handler's.
+func (p *Proxy) handOff(down, up net.Conn, finish func(relay.Result, error)) {
+	p.wg.Add(1)
+	relay.Start(down, up, nil, nil, func(res relay.Result, err error) {
+		defer p.wg.Done()
+		defer p.forget(down)
+		defer p.containPanic(down)
+		up.Close()
+		down.Close()
 		finish(res, err)
 	})
 }
@@ -403,8 +425,14 @@ func (p *Proxy) track(c net.Conn) bool {
 	return true
 }
 
+// untrack closes an accepted connection and forgets it.
 func (p *Proxy) untrack(c net.Conn) {
 	c.Close()
+	p.forget(c)
+}
+
+// forget drops c from the tracked connections, if it is one.
+func (p *Proxy) forget(c net.Conn) {
 	p.mu.Lock()
 	delete(p.conns, c)
 	p.mu.Unlock()

@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/netip"
 	"time"
+
+	"github.com/gozt/gozt/proxy/relay"
 )
 
 // SOCKS5 (RFC 1928), the minimal subset ztunnel serves on 15080 (SPEC §10.2).
@@ -28,7 +30,7 @@ const (
 
 // handleSOCKS5 negotiates SOCKS5, answers success before connecting (as
 // ztunnel does), then runs the normal outbound logic.
-func (p *Proxy) handleSOCKS5(c net.Conn) bool {
+func (p *Proxy) handleSOCKS5(c net.Conn) (net.Conn, func(relay.Result, error)) {
 	_ = c.SetDeadline(time.Now().Add(socksHandshakeTO))
 	dst, rep, err := p.socksHandshake(c)
 	if err != nil {
@@ -36,10 +38,10 @@ func (p *Proxy) handleSOCKS5(c net.Conn) bool {
 			writeSOCKSReply(c, rep)
 		}
 		p.connFailed(addrPortOf(c.RemoteAddr()), dst, "outbound", err)
-		return false
+		return nil, nil
 	}
 	if err := writeSOCKSReply(c, socksRepSuccess); err != nil {
-		return false
+		return nil, nil
 	}
 	_ = c.SetDeadline(time.Time{})
 	return p.proxyOutbound(c, dst)
