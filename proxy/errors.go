@@ -16,5 +16,6 @@ var (
 	errNoHealthyUpstream = errors.New("no healthy upstream")
 	errUnknownWaypoint   = errors.New("unknown waypoint")
 	errDoubleHBONE       = errors.New("double HBONE (multi-network) is not supported yet")
+	errProxyTunnel       = errors.New("PROXY protocol application tunnel is not supported yet")
 	errSOCKS             = errors.New("socks5 protocol violation")
 )

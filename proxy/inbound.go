@@ -18,26 +18,7 @@ import (
 	"github.com/gozt/gozt/proxy/relay"
 	"github.com/gozt/gozt/proxy/sockopt"
 	"github.com/gozt/gozt/proxy/state"
-	"github.com/gozt/gozt/rbac"
 )
-
-// inboundError is an HBONE request failure with the status to answer
-// (SPEC §2.4): 400, 401 or 503.
-type inboundError struct {
-	status int
-	flag   string
-	err    error
-}
-
-func (e *inboundError) Error() string { return fmt.Sprintf("%d: %v", e.status, e.err) }
-func (e *inboundError) Unwrap() error { return e.err }
-
-func badRequest(err error) *inboundError {
-	return &inboundError{http.StatusBadRequest, flagConnect, err}
-}
-func unavailable(err error) *inboundError {
-	return &inboundError{http.StatusServiceUnavailable, flagConnect, err}
-}
 
 // handleInbound terminates mTLS on 15008 and serves HTTP/2 CONNECT streams.
 // Each CONNECT stream is handed off on its own (serveConnect); c never is.
@@ -77,18 +58,14 @@ func (p *Proxy) serverCert(ctx context.Context) (*certs.Cert, error) {
 	return p.cfg.Certs.Get(ctx, w.Identity())
 }
 
-// inboundRequest is a validated CONNECT: who asks, for what.
+// inboundRequest is a decided CONNECT: who asks, for what.
 type inboundRequest struct {
-	local        *state.Workload
+	connectDecision
 	src          netip.AddrPort // HBONE TCP peer
 	srcID        identity.Identity
-	srcPrincipal string         // srcID as a SPIFFE id, built once per TLS connection
-	l3dst        netip.AddrPort // where the HBONE connection landed
-	authority    authority
-	upstream     netip.AddrPort // local pod IP and resolved target port
-	service      *state.Service
-	authz        rbac.Conn       // what authorization saw, for live re-checks
-	snap         *state.Snapshot // the snapshot every check used, or nil before it was taken
+	srcPrincipal string          // srcID as a SPIFFE id, built once per TLS connection
+	l3dst        netip.AddrPort  // where the HBONE connection landed
+	snap         *state.Snapshot // the snapshot the decision used
 }
 
 // serveConnect handles one CONNECT stream (SPEC §2.4, steps in order). It
@@ -109,9 +86,6 @@ func (p *Proxy) acceptConnect(s *hbone.ServerStream) (net.Conn, *connRecord, fun
 	start := time.Now()
 	req, ierr := p.checkConnect(s)
 	snap := req.snap
-	if snap == nil {
-		snap = p.cfg.Store.Snapshot()
-	}
 	labels := trafficLabels{reporter: "destination", responseFlags: flagNone, securityPolicy: securityMutualTLS}
 	if req.local != nil {
 		labels.setDestination(req.local)
@@ -153,128 +127,22 @@ func (p *Proxy) acceptConnect(s *hbone.ServerStream) (net.Conn, *connRecord, fun
 	return up, rec, done
 }
 
-// checkConnect runs the checks of SPEC §2.4 steps 1–5. The request is
-// returned filled as far as the checks got, for logging.
+// checkConnect decides one CONNECT (SPEC §2.4 steps 1–6, decideConnect)
+// against the current snapshot. The request is returned filled as far as the
+// checks got, for logging.
 func (p *Proxy) checkConnect(s *hbone.ServerStream) (inboundRequest, *inboundError) {
-	var req inboundRequest
 	conn := s.Conn()
-	req.src = addrPortOf(conn.RemoteAddr())
-	req.l3dst = addrPortOf(conn.LocalAddr())
+	req := inboundRequest{src: addrPortOf(conn.RemoteAddr()), l3dst: addrPortOf(conn.LocalAddr()), snap: p.cfg.Store.Snapshot()}
 	if v, ok := p.peers.Load(conn); ok { // always: handleInbound stored it
 		pr := v.(*peer)
 		req.srcID, req.srcPrincipal = pr.id, pr.principal
 	}
-	if s.Method() != http.MethodConnect {
-		return req, badRequest(errNotConnect)
-	}
-	auth, err := parseAuthority(s.Authority())
-	if err != nil {
-		return req, badRequest(fmt.Errorf("%w: %q", err, s.Authority()))
-	}
-	req.authority = auth
-	snap := p.cfg.Store.Snapshot()
-	req.snap = snap
-	req.local = p.localWorkload(snap)
-	if req.local == nil {
-		return req, unavailable(errNoLocalWorkload)
-	}
-	port := auth.port
-	if auth.host == "" {
-		if auth.addr.Addr() != req.l3dst.Addr() && !p.reachesViaWaypoint(snap, req.local, auth.addr.Addr(), req.l3dst.Addr()) {
-			return req, badRequest(errIPMismatch)
-		}
-	} else {
-		svc, target := p.resolveHostname(snap, req.local, auth)
-		if svc == nil {
-			return req, unavailable(errNoService)
-		}
-		req.service = svc
-		if target == 0 {
-			return req, unavailable(errNoTargetPort)
-		}
-		port = target
-	}
-	if p.isIllegalPort(port) {
-		return req, unavailable(errSelfCall)
-	}
-	if at := req.local.ApplicationTunnel; at != nil && at.Port != 0 {
-		// PROXY-protocol application tunnels (SPEC §2.7) are not supported
-		// yet; plain port replacement (protocol NONE) is.
-		if at.Protocol != state.AppTunnelNone {
-			return req, unavailable(errors.New("PROXY protocol application tunnel is not supported yet"))
-		}
-		port = at.Port
-	}
-	req.upstream = netip.AddrPortFrom(req.l3dst.Addr(), port)
-	req.authz = rbac.Conn{Src: req.src, Dst: req.upstream, Identity: req.srcID}
-	if err := authorize(snap, req.local, req.authz); err != nil {
-		return req, &inboundError{http.StatusUnauthorized, flagDeny, err}
-	}
-	return req, nil
-}
-
-// authorize applies the local workload's L4 policies (SPEC §4) to c. The
-// error names the deciding policy or the reason.
-func authorize(snap *state.Snapshot, local *state.Workload, c rbac.Conn) error {
-	d := rbac.Evaluate(snap, rbac.Target{Namespace: local.Namespace, PolicyRefs: local.AuthorizationPolicies}, c)
-	if d.Allow {
-		return nil
-	}
-	return fmt.Errorf("%w: %s", errDenied, d)
-}
-
-// reachesViaWaypoint reports whether target (the authority IP) may be served
-// by this local workload although it is not the address the connection
-// reached: the local workload has an application tunnel, or it is the
-// waypoint of the workload or service at target (SPEC §2.4 step 4).
-func (p *Proxy) reachesViaWaypoint(snap *state.Snapshot, local *state.Workload, target, l3dst netip.Addr) bool {
-	if local.ApplicationTunnel != nil {
-		return true
-	}
-	isLocal := func(gw *state.GatewayAddress) bool {
-		if gw == nil {
-			return false
-		}
-		if gw.Address != nil {
-			return gw.Address.Address.Unmap() == l3dst
-		}
-		svc := snap.ServiceByKey(gw.Hostname.Namespace + "/" + gw.Hostname.Hostname)
-		if svc == nil {
-			return false
-		}
-		_, ok := svc.Endpoints[local.UID]
-		return ok
-	}
-	if w := snap.WorkloadByIP(p.cfg.Network, target); w != nil {
-		return isLocal(w.Waypoint)
-	}
-	if svc := snap.ServiceByVIP(p.cfg.Network, target, local.Namespace); svc != nil {
-		return isLocal(svc.Waypoint)
-	}
-	return false
-}
-
-// resolveHostname finds the service a hostname authority names, preferring
-// the local workload's namespace, and the target port for this workload.
-func (p *Proxy) resolveHostname(snap *state.Snapshot, local *state.Workload, auth authority) (*state.Service, uint16) {
-	var svc *state.Service
-	for _, s := range snap.ServicesByHostname(auth.host) {
-		if s.Visibility == state.Namespace && s.Namespace != local.Namespace {
-			continue
-		}
-		if svc == nil || s.Namespace == local.Namespace {
-			svc = s
-		}
-	}
-	if svc == nil {
-		return nil, 0
-	}
-	if ep, ok := svc.Endpoints[local.UID]; ok {
-		if t := ep.Ports[auth.port]; t != 0 {
-			return svc, t
-		}
-	}
-	return svc, svc.Ports[auth.port]
+	var ierr *inboundError
+	req.connectDecision, ierr = decideConnect(&connectQuery{
+		snap: req.snap, network: p.cfg.Network, local: p.localWorkload(req.snap), illegal: p.illegal,
+		method: s.Method(), authority: s.Authority(), l3dst: req.l3dst, src: req.src, srcID: req.srcID,
+	})
+	return req, ierr
 }
 
 // dialUpstream connects to the local workload with the HBONE peer's IP as
@@ -331,38 +199,4 @@ func (p *Proxy) isLocal(ip netip.Addr) bool {
 // rather than from the destination.
 func isBindError(err error) bool {
 	return errors.Is(err, syscall.EADDRNOTAVAIL) || errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EACCES)
-}
-
-// guessService names the service an inbound connection was for, for metrics
-// and logs only (SPEC §7.1): the Forwarded host= service if the workload
-// belongs to it, else the first of the workload's services whose target port
-// is the destination port.
-func guessService(snap *state.Snapshot, local *state.Workload, host string, port uint16) *state.Service {
-	if host != "" {
-		if svc := snap.ServiceByKey(local.Namespace + "/" + host); svc != nil {
-			if _, ok := local.Services[svc.Key()]; ok {
-				return svc
-			}
-		}
-		for key := range local.Services {
-			if svc := snap.ServiceByKey(key); svc != nil && svc.Hostname == host {
-				return svc
-			}
-		}
-	}
-	var best *state.Service
-	for key, ports := range local.Services {
-		svc := snap.ServiceByKey(key)
-		if svc == nil {
-			continue
-		}
-		for sp, tp := range ports {
-			if tp == port || (tp == 0 && svc.Ports[sp] == port) {
-				if best == nil || svc.Key() < best.Key() {
-					best = svc
-				}
-			}
-		}
-	}
-	return best
 }

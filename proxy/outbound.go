@@ -60,7 +60,7 @@ func (p *Proxy) proxyOutbound(down net.Conn, dst netip.AddrPort) (net.Conn, func
 // it failed and was logged.
 func (p *Proxy) openOutbound(down net.Conn, dst netip.AddrPort) (net.Conn, *connRecord) {
 	downAddr := addrPortOf(down.RemoteAddr())
-	if dst.Addr().IsLoopback() && p.isIllegalPort(dst.Port()) {
+	if dst.Addr().IsLoopback() && p.illegal.contains(dst.Port()) {
 		p.connFailed(downAddr, dst, "outbound", errSelfCall)
 		return nil, nil
 	}

@@ -25,7 +25,7 @@ func (p *Proxy) handlePlaintext(c net.Conn) (net.Conn, func(relay.Result, error)
 func (p *Proxy) acceptPlaintext(c net.Conn) (net.Conn, *connRecord, func(error) error) {
 	src := addrPortOf(c.RemoteAddr())
 	dst := originalDst(c)
-	if p.isIllegalPort(dst.Port()) {
+	if p.illegal.contains(dst.Port()) {
 		p.connFailed(src, dst, "inbound", errSelfCall)
 		return nil, nil, nil
 	}

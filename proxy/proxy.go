@@ -143,7 +143,7 @@ type Proxy struct {
 	accessLog *slog.Logger
 	pool      *hbone.Pool
 	hbone     *hbone.Server
-	illegal   [4]uint16 // ports a connection may never target (SPEC §1.2)
+	illegal   illegalPorts // ports a connection may never target (SPEC §1.2)
 	// transparent reports whether IP_TRANSPARENT took effect on the inbound
 	// listener; set by Listen, read-only afterwards.
 	transparent bool
@@ -181,7 +181,7 @@ func New(cfg Config) (*Proxy, error) {
 		accessLog: orDiscard(cfg.AccessLog, discard),
 		listeners: make(map[string]net.Listener),
 		conns:     make(map[net.Conn]struct{}),
-		illegal:   [4]uint16{OutboundPort, PlaintextPort, InboundPort},
+		illegal:   illegalPorts{OutboundPort, PlaintextPort, InboundPort},
 	}
 	if cfg.EnableSOCKS5 {
 		p.illegal[3] = SOCKS5Port
@@ -204,16 +204,6 @@ func orDiscard(l, discard *slog.Logger) *slog.Logger {
 		return discard
 	}
 	return l
-}
-
-// isIllegalPort reports whether port is one of the proxy's own ports.
-func (p *Proxy) isIllegalPort(port uint16) bool {
-	for _, ip := range p.illegal {
-		if ip != 0 && ip == port {
-			return true
-		}
-	}
-	return false
 }
 
 // Listen binds every listener. On any failure it closes what it bound and

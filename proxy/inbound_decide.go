@@ -1,0 +1,232 @@
+package proxy
+
+import (
+	"fmt"
+	"net/http"
+	"net/netip"
+
+	"github.com/gozt/gozt/certs/identity"
+	"github.com/gozt/gozt/proxy/state"
+	"github.com/gozt/gozt/rbac"
+)
+
+// This file holds the pure inbound HBONE decision (SPEC §2.4 steps 1–6): no
+// I/O, so it is tested without sockets, as route.go is for outbound.
+
+// inboundError is an HBONE request failure with the status to answer
+// (SPEC §2.4): 400, 401 or 503, and the response flag to record.
+type inboundError struct {
+	status int
+	flag   string
+	err    error
+}
+
+func (e *inboundError) Error() string { return fmt.Sprintf("%d: %v", e.status, e.err) }
+func (e *inboundError) Unwrap() error { return e.err }
+
+func badRequest(err error) *inboundError {
+	return &inboundError{http.StatusBadRequest, flagConnect, err}
+}
+func unavailable(err error) *inboundError {
+	return &inboundError{http.StatusServiceUnavailable, flagConnect, err}
+}
+
+// illegalPorts are the ports no connection may target: the proxy's own
+// (SPEC §1.2). A zero entry is unused.
+type illegalPorts [4]uint16
+
+// contains reports whether port is one of the illegal ports.
+func (ip illegalPorts) contains(port uint16) bool {
+	for _, p := range ip {
+		if p != 0 && p == port {
+			return true
+		}
+	}
+	return false
+}
+
+// connectQuery is one CONNECT request and everything its decision reads.
+type connectQuery struct {
+	snap    *state.Snapshot
+	network string          // this node's network (NETWORK)
+	local   *state.Workload // the workload this proxy serves, or nil
+	illegal illegalPorts
+
+	method    string
+	authority string            // the raw :authority
+	l3dst     netip.AddrPort    // where the HBONE connection landed
+	src       netip.AddrPort    // the HBONE connection's TCP peer
+	srcID     identity.Identity // the peer certificate's identity, or zero
+}
+
+// connectDecision is where an accepted CONNECT goes. A refused one is
+// filled as far as the checks got, for logs and metrics.
+type connectDecision struct {
+	authority authority
+	local     *state.Workload // the query's, once steps 1–2 passed; else nil
+	service   *state.Service  // the service a hostname authority names, or nil
+	upstream  netip.AddrPort  // local pod IP and resolved target port
+	authz     rbac.Conn       // what authorization saw, for live re-checks
+}
+
+// decideConnect runs SPEC §2.4 steps 1–6, in order, on q.
+func decideConnect(q *connectQuery) (d connectDecision, _ *inboundError) {
+	if q.method != http.MethodConnect { // step 1
+		return d, badRequest(errNotConnect)
+	}
+	auth, err := parseAuthority(q.authority) // step 2
+	if err != nil {
+		return d, badRequest(fmt.Errorf("%w: %q", err, q.authority))
+	}
+	d.authority = auth
+	if q.local == nil { // step 3
+		return d, unavailable(errNoLocalWorkload)
+	}
+	d.local = q.local
+	port, ierr := q.targetPort(&d) // steps 4 and 5
+	if ierr != nil {
+		return d, ierr
+	}
+	if q.illegal.contains(port) {
+		return d, unavailable(errSelfCall)
+	}
+	if at := q.local.ApplicationTunnel; at != nil && at.Port != 0 {
+		// PROXY-protocol application tunnels (SPEC §2.7) are not supported
+		// yet; plain port replacement (protocol NONE) is.
+		if at.Protocol != state.AppTunnelNone {
+			return d, unavailable(errProxyTunnel)
+		}
+		port = at.Port
+	}
+	d.upstream = netip.AddrPortFrom(q.l3dst.Addr(), port)
+	d.authz = rbac.Conn{Src: q.src, Dst: d.upstream, Identity: q.srcID} // step 6
+	if err := authorize(q.snap, q.local, d.authz); err != nil {
+		return d, &inboundError{http.StatusUnauthorized, flagDeny, err}
+	}
+	return d, nil
+}
+
+// targetPort validates the authority's destination (SPEC §2.4 step 4) and
+// resolves the port it targets (step 5, before any application tunnel),
+// recording a hostname authority's service in d.
+func (q *connectQuery) targetPort(d *connectDecision) (uint16, *inboundError) {
+	auth := d.authority
+	if auth.host == "" {
+		if auth.addr.Addr() != q.l3dst.Addr() && !q.reachesViaWaypoint(auth.addr.Addr()) {
+			return 0, badRequest(errIPMismatch)
+		}
+		return auth.port, nil
+	}
+	svc, target := resolveHostname(q.snap, q.local, auth)
+	if svc == nil {
+		return 0, unavailable(errNoService)
+	}
+	d.service = svc
+	if target == 0 {
+		return 0, unavailable(errNoTargetPort)
+	}
+	return target, nil
+}
+
+// reachesViaWaypoint reports whether target (the authority IP) may be served
+// by the local workload although it is not the address the connection
+// reached: the local workload has an application tunnel, or it is the
+// waypoint of the workload or service at target (SPEC §2.4 step 4).
+func (q *connectQuery) reachesViaWaypoint(target netip.Addr) bool {
+	if q.local.ApplicationTunnel != nil {
+		return true
+	}
+	if w := q.snap.WorkloadByIP(q.network, target); w != nil {
+		return q.isLocalWaypoint(w.Waypoint)
+	}
+	if svc := q.snap.ServiceByVIP(q.network, target, q.local.Namespace); svc != nil {
+		return q.isLocalWaypoint(svc.Waypoint)
+	}
+	return false
+}
+
+// isLocalWaypoint reports whether gw is the local workload: an address gw
+// must be the L3 destination, a hostname gw a service the local workload is
+// an endpoint of.
+func (q *connectQuery) isLocalWaypoint(gw *state.GatewayAddress) bool {
+	if gw == nil {
+		return false
+	}
+	if gw.Address != nil {
+		return gw.Address.Address.Unmap() == q.l3dst.Addr()
+	}
+	svc := q.snap.ServiceByKey(gw.Hostname.Namespace + "/" + gw.Hostname.Hostname)
+	if svc == nil {
+		return false
+	}
+	_, ok := svc.Endpoints[q.local.UID]
+	return ok
+}
+
+// resolveHostname finds the service a hostname authority names, preferring
+// the local workload's namespace, and the target port for this workload:
+// its endpoint's port mapping, else the service's (0 when neither has one).
+func resolveHostname(snap *state.Snapshot, local *state.Workload, auth authority) (*state.Service, uint16) {
+	var svc *state.Service
+	for _, s := range snap.ServicesByHostname(auth.host) {
+		if s.Visibility == state.Namespace && s.Namespace != local.Namespace {
+			continue
+		}
+		if svc == nil || s.Namespace == local.Namespace {
+			svc = s
+		}
+	}
+	if svc == nil {
+		return nil, 0
+	}
+	if ep, ok := svc.Endpoints[local.UID]; ok {
+		if t := ep.Ports[auth.port]; t != 0 {
+			return svc, t
+		}
+	}
+	return svc, svc.Ports[auth.port]
+}
+
+// authorize applies the local workload's L4 policies (SPEC §4) to c. The
+// error names the deciding policy or the reason.
+func authorize(snap *state.Snapshot, local *state.Workload, c rbac.Conn) error {
+	d := rbac.Evaluate(snap, rbac.Target{Namespace: local.Namespace, PolicyRefs: local.AuthorizationPolicies}, c)
+	if d.Allow {
+		return nil
+	}
+	return fmt.Errorf("%w: %s", errDenied, d)
+}
+
+// guessService names the service an inbound connection was for, for metrics
+// and logs only (SPEC §7.1): the Forwarded host= service if the workload
+// belongs to it, else the first of the workload's services whose target port
+// is the destination port.
+func guessService(snap *state.Snapshot, local *state.Workload, host string, port uint16) *state.Service {
+	if host != "" {
+		if svc := snap.ServiceByKey(local.Namespace + "/" + host); svc != nil {
+			if _, ok := local.Services[svc.Key()]; ok {
+				return svc
+			}
+		}
+		for key := range local.Services {
+			if svc := snap.ServiceByKey(key); svc != nil && svc.Hostname == host {
+				return svc
+			}
+		}
+	}
+	var best *state.Service
+	for key, ports := range local.Services {
+		svc := snap.ServiceByKey(key)
+		if svc == nil {
+			continue
+		}
+		for sp, tp := range ports {
+			if tp == port || (tp == 0 && svc.Ports[sp] == port) {
+				if best == nil || svc.Key() < best.Key() {
+					best = svc
+				}
+			}
+		}
+	}
+	return best
+}
