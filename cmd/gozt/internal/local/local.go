@@ -113,9 +113,10 @@ func Start(ctx context.Context, opts Options) (m *Mesh, err error) {
 	m.registry.MustRegister(admin.BuildInfo("unknown"))
 	m.ready = admin.NewReadiness("proxy")
 
+	built := m // the named result is nil on an error return; clean up what was built
 	defer func() {
 		if err != nil {
-			m.closeAll()
+			built.closeAll()
 		}
 	}()
 	if err := m.startSidePorts(ctx); err != nil {

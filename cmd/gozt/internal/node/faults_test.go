@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"strings"
 	"testing"
@@ -121,5 +122,50 @@ func TestSOCKS5OnLoopbackOnly(t *testing.T) {
 		if got := cfg.SOCKS5Addr; got != netip.MustParseAddr("127.0.0.1") || !cfg.EnableSOCKS5 {
 			t.Errorf("%s: SOCKS5 binds %v (enabled %v), want 127.0.0.1", mode, got, cfg.EnableSOCKS5)
 		}
+	}
+}
+
+// TestStartFailureAfterListen: a start-up error after some listeners bound
+// (the admin port taken, or a missing root-cert file) is one line naming
+// its cause, with no crash and the workload ports left free (issue 14,
+// defect 1: the deferred cleanup used to run on a nil *Node).
+func TestStartFailureAfterListen(t *testing.T) {
+	cp := newControlPlane(t)
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	bind := netip.MustParseAddr("127.88.250.2")
+	for _, tc := range []struct {
+		name, root, admin, want string
+	}{
+		{"admin port taken", string(cp.ca.RootPEM()), taken.Addr().String(), taken.Addr().String()},
+		{"root certificate missing", "/nonexistent/root-cert.pem", "127.0.0.1:0", "XDS_ROOT_CA"},
+	} {
+		env, err := envconfig.Load([]string{
+			"PROXY_MODE=dedicated", "PROXY_WORKLOAD_INFO=demo/w/w",
+			"XDS_ADDRESS=https://" + cp.xds.Addr(), "CA_ADDRESS=https://" + cp.cas.Addr(),
+			"XDS_ROOT_CA=" + tc.root, "CA_ROOT_CA=" + string(cp.ca.RootPEM()),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := Start(context.Background(), Options{
+			Env: env, BindAddr: bind, AdminAddr: tc.admin, MetricsAddr: "127.0.0.1:0", ReadinessAddr: "127.0.0.1:0",
+		})
+		if err == nil {
+			n.Shutdown(context.Background())
+			t.Fatalf("%s: Start succeeded", tc.name)
+		}
+		if n != nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%s: Start = %v, %v; want nil and one line naming %s", tc.name, n, err, tc.want)
+		}
+		l, err := net.Listen("tcp", bind.String()+":15001")
+		if err != nil {
+			t.Errorf("%s: 15001 still bound after the failed start: %v", tc.name, err)
+			continue
+		}
+		l.Close()
 	}
 }
