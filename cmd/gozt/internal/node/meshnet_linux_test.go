@@ -293,23 +293,6 @@ func exchange(c net.Conn, seed uint64, size int) error {
 	return nil
 }
 
-// pingOnce is one small echo round trip on an open connection.
-func pingOnce(c net.Conn) error {
-	c.SetDeadline(time.Now().Add(5 * time.Second))
-	defer c.SetDeadline(time.Time{})
-	if _, err := c.Write([]byte("ping")); err != nil {
-		return err
-	}
-	buf := make([]byte, 4)
-	if _, err := io.ReadFull(c, buf); err != nil {
-		return err
-	}
-	if string(buf) != "ping" {
-		return fmt.Errorf("echo = %q", buf)
-	}
-	return nil
-}
-
 // eventually polls cond every 20 ms until it holds or d passes.
 func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()

@@ -234,7 +234,7 @@ func TestSharedModeTraffic(t *testing.T) {
 			return true
 		}
 		defer conn.Close()
-		return pingOnce(conn) != nil
+		return ping(conn) != nil
 	})
 	check("A → C with B denied", a, c.ip+":8080", appC, a.ip)
 }
@@ -249,7 +249,7 @@ func sharedHostile(t *testing.T, cp *controlPlane, n1 *sharedNode, a, b, c, d po
 		if err != nil {
 			continue // refused outright
 		}
-		if err := pingOnce(conn); err == nil {
+		if err := ping(conn); err == nil {
 			t.Errorf("pod A reached %s and got an echo", target)
 		}
 		conn.Close()
@@ -273,7 +273,7 @@ func sharedHostile(t *testing.T, cp *controlPlane, n1 *sharedNode, a, b, c, d po
 	if err != nil {
 		t.Fatalf("CONNECT to B naming B: %v", err)
 	}
-	if err := pingOnce(s); err != nil {
+	if err := ping(s); err != nil {
 		t.Errorf("echo through a direct CONNECT: %v", err)
 	}
 	s.Close()
@@ -394,7 +394,7 @@ func TestSharedModeZDS(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer live.Close()
-	if err := pingOnce(live); err != nil {
+	if err := ping(live); err != nil {
 		t.Fatal(err)
 	}
 	dump := configDump(t, n1)
@@ -415,7 +415,7 @@ func TestSharedModeZDS(t *testing.T) {
 	eventually(t, 5*time.Second, "not ready while disconnected", func() bool {
 		return strings.Contains(n1.readiness(t), blockPods)
 	})
-	if err := pingOnce(live); err != nil {
+	if err := ping(live); err != nil {
 		t.Fatalf("open connection after istio-cni disconnected: %v", err)
 	}
 	// It comes back: gozt reconnects; the new snapshot names A and C but
@@ -425,7 +425,7 @@ func TestSharedModeZDS(t *testing.T) {
 	n1.add(t, "uid-c", c, "c")
 	n1.snapshotSent(t)
 	eventually(t, 5*time.Second, "ready after reconnecting", func() bool { return strings.HasPrefix(n1.readiness(t), "ready") })
-	if err := pingOnce(live); err != nil {
+	if err := ping(live); err != nil {
 		t.Fatalf("open connection across the reconnect: %v", err)
 	}
 	if _, ok := configDump(t, n1).WorkloadState["uid-e"]; ok {
@@ -433,7 +433,7 @@ func TestSharedModeZDS(t *testing.T) {
 	}
 	before := appE.count()
 	if conn, err := dialFrom(t, a, e.ip+":8080"); err == nil {
-		if pingOnce(conn) == nil {
+		if ping(conn) == nil {
 			t.Error("E's proxy still served after reconciliation dropped it")
 		}
 		conn.Close()
@@ -577,7 +577,7 @@ func TestSharedModeUpgrade(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer inFlight.Close()
-	if err := pingOnce(inFlight); err != nil {
+	if err := ping(inFlight); err != nil {
 		t.Fatal(err)
 	}
 
@@ -603,7 +603,7 @@ func TestSharedModeUpgrade(t *testing.T) {
 			}
 			conn, err := dialFrom(t, a, c.ip+":8080")
 			if err == nil {
-				err = pingOnce(conn)
+				err = ping(conn)
 				conn.Close()
 			}
 			if err != nil {
@@ -623,7 +623,7 @@ func TestSharedModeUpgrade(t *testing.T) {
 	// During the drain the connection opened through the old gozt still
 	// carries bytes.
 	time.Sleep(200 * time.Millisecond)
-	if err := pingOnce(inFlight); err != nil {
+	if err := ping(inFlight); err != nil {
 		t.Errorf("connection through the old gozt during its drain: %v", err)
 	}
 	cancel() // end the drain: force-close what is left
