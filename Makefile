@@ -2,12 +2,28 @@
 GO ?= go
 PKGS ?= ./...
 
-.PHONY: all build run test test-deps check fmt vet staticcheck bench bench-quick bench-deps
+.PHONY: all build run test test-deps check fmt vet staticcheck bench bench-quick bench-deps image
 
 all: build
 
 build: ## build the gozt binary into bin/
 	$(GO) build -o bin/gozt ./cmd/gozt
+
+# make image: a static gozt for linux/GOARCH (this machine's unless GOARCH
+# is set) in an OCI image archive that docker load, ctr images import and
+# kind load image-archive accept; see deploy/image. The tool asks the binary
+# its version; for another architecture it asks a static build for this one.
+HOSTARCH = $(shell $(GO) env GOHOSTARCH)
+IMAGE_ARCH = $(or $(GOARCH),$(HOSTARCH))
+IMAGE_CROSS = $(filter-out $(HOSTARCH),$(IMAGE_ARCH))
+IMAGE_TAR ?= bin/gozt-image.tar
+STATIC_BUILD = CGO_ENABLED=0 GOOS=linux $(GO) build -trimpath
+
+image: ## the OCI image archive bin/gozt-image.tar (GOARCH=arm64 make image for arm64)
+	GOARCH=$(IMAGE_ARCH) $(STATIC_BUILD) -o bin/gozt-linux-$(IMAGE_ARCH) ./cmd/gozt
+	$(if $(IMAGE_CROSS),GOARCH=$(HOSTARCH) $(STATIC_BUILD) -o bin/gozt-linux-$(HOSTARCH) ./cmd/gozt)
+	GOOS= GOARCH= $(GO) run ./deploy/image -bin bin/gozt-linux-$(IMAGE_ARCH) -o $(IMAGE_TAR) \
+		$(if $(IMAGE_CROSS),-version "$$(bin/gozt-linux-$(HOSTARCH) version | sed 's/^gozt //')") $(IMAGEFLAGS)
 
 run: ## run the local demo mesh (gozt local)
 	$(GO) run ./cmd/gozt local
