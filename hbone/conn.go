@@ -74,32 +74,33 @@ type conn struct {
 	closeAfterFlush atomic.Bool
 
 	// mu guards the connection state below.
-	mu             sync.Mutex
-	streams        map[uint32]*stream
-	active         int    // streams counting toward the concurrency limit
-	maxPeerID      uint32 // server: highest client stream id seen
-	nextID         uint32 // client: next stream id to open
-	sendWin        int64  // connection send window
-	winWake        chan struct{}
-	stateWake      chan struct{} // closed when active drops or the conn fails
-	peerInitWin    int64
-	peerMaxStreams uint32
-	recvAvail      int64 // connection receive window the peer may still use
-	creditOwed     int64 // connection credit not yet sent
-	unread         int64 // received bytes buffered in accepted streams
-	goAwaySent     bool
-	goAwayRecv     bool
-	goAwayLastID   uint32 // from the peer's GOAWAY
-	closing        bool   // a final GOAWAY is being written
-	err            error  // set once when the connection fails
-	pingOut        bool
-	pingSent       time.Time
-	pingData       [8]byte
-	pingSeq        uint64
-	pingTimer      *time.Timer
-	lastStream     time.Time // when the connection started or last had no active stream (server idle timeout)
-	onIdle         func()    // client: called when active drops to zero
-	onDone         func()    // client: called once when the connection fails
+	mu              sync.Mutex
+	streams         map[uint32]*stream
+	active          int    // streams counting toward the concurrency limit
+	maxPeerID       uint32 // server: highest client stream id seen (ids above it are idle)
+	lastProcessedID uint32 // server: highest client stream id not refused, named by our GOAWAY
+	nextID          uint32 // client: next stream id to open
+	sendWin         int64  // connection send window
+	winWake         chan struct{}
+	stateWake       chan struct{} // closed when active drops or the conn fails
+	peerInitWin     int64
+	peerMaxStreams  uint32
+	recvAvail       int64 // connection receive window the peer may still use
+	creditOwed      int64 // connection credit not yet sent
+	unread          int64 // received bytes buffered in accepted streams
+	goAwaySent      bool
+	goAwayRecv      bool
+	goAwayLastID    uint32 // from the peer's GOAWAY
+	closing         bool   // a final GOAWAY is being written
+	err             error  // set once when the connection fails
+	pingOut         bool
+	pingSent        time.Time
+	pingData        [8]byte
+	pingSeq         uint64
+	pingTimer       *time.Timer
+	lastStream      time.Time // when the connection started or last had no active stream (server idle timeout)
+	onIdle          func()    // client: called when active drops to zero
+	onDone          func()    // client: called once when the connection fails
 
 	done       chan struct{} // closed when err is set
 	settingsCh chan struct{} // closed when the peer's first SETTINGS arrives
@@ -283,11 +284,12 @@ func (c *conn) closeWithError(code http2.ErrCode, err error) {
 }
 
 // lastPeerIDLocked is the last-stream-id of a GOAWAY we send: the highest
-// peer-initiated stream we processed (RFC 9113 §6.8). Clients never accept
-// server-initiated streams.
+// peer-initiated stream we processed (RFC 9113 §6.8), which excludes streams
+// refused with REFUSED_STREAM: the peer may retry those elsewhere. Clients
+// never accept server-initiated streams.
 func (c *conn) lastPeerIDLocked() uint32 {
 	if c.server {
-		return c.maxPeerID
+		return c.lastProcessedID
 	}
 	return 0
 }

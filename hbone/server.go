@@ -193,6 +193,11 @@ func (c *conn) serverHeaders(id uint32, end bool) error {
 	c.maxPeerID = id
 	draining := c.goAwaySent
 	full := c.active >= int(c.cfg.maxStreams)
+	if !draining && !full {
+		// Decided under mu with goAwaySent, so a GOAWAY names exactly the
+		// streams we act on, never a refused one (RFC 9113 §6.8).
+		c.lastProcessedID = id
+	}
 	c.mu.Unlock()
 	switch {
 	case draining:
