@@ -18,11 +18,11 @@ var allowed = map[string][]string{
 	"certs/identity":            {},
 	"rbac":                      {"certs/identity"},
 	"certs":                     {"certs/identity"},
-	"certs/istioca":             {"certs", "certs/identity"},
+	"certs/istioca":             {"certs", "certs/identity", "istiod"},
 	"certs/localca":             {"certs", "certs/identity"},
 	"certs/istioca/istiocatest": {"certs", "certs/identity", "certs/localca", "certs/istioca"},
 	"proxy/state":               {"rbac", "certs/identity"},
-	"xds":                       {"proxy/state", "rbac", "certs/identity"},
+	"xds":                       {"proxy/state", "rbac", "certs/identity", "istiod"},
 	"xds/xdsserver":             {"xds"},
 	"xds/xdstest":               {"xds", "xds/xdsserver"},
 	"hbone":                     {"certs", "certs/identity"},
@@ -37,13 +37,15 @@ var allowed = map[string][]string{
 		"proxy/inpod", "hbone", "rbac", "certs", "certs/identity"},
 	"bench": {"proxy", "proxy/state", "proxy/relay", "proxy/sockopt", "hbone", "rbac",
 		"certs", "certs/identity", "certs/localca", "xds", "xds/xdsserver"},
-	"tools": {},
+	"tools":  {},
+	"istiod": {},
 }
 
 // stdlibOnly packages may import nothing outside the standard library, except
 // the listed third-party paths.
 var stdlibOnly = map[string][]string{
 	"certs/identity": nil,
+	"istiod":         nil,
 	"rbac":           nil,
 	"proxy/relay":    {"golang.org/x/sys/unix"},
 	"proxy/sockopt":  {"golang.org/x/sys/unix"},

@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,6 +24,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/gozt/gozt/istiod"
 	"github.com/gozt/gozt/proxy/state"
 )
 
@@ -144,9 +144,9 @@ type Client struct {
 
 // NewClient checks cfg and returns a client; it does not connect.
 func NewClient(cfg Config) (*Client, error) {
-	hostport, err := parseXDSAddress(cfg.Address)
+	hostport, err := istiod.HostPort(cfg.Address)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("xds: %w", err)
 	}
 	if cfg.TLS == nil {
 		return nil, errors.New("xds: NewClient: TLS config is required")
@@ -154,10 +154,8 @@ func NewClient(cfg Config) (*Client, error) {
 	if cfg.Store == nil {
 		return nil, errors.New("xds: NewClient: Store is required")
 	}
-	for k, v := range cfg.Headers {
-		if err := checkHeader(k, v); err != nil {
-			return nil, err
-		}
+	if _, err := istiod.Headers(cfg.Headers); err != nil {
+		return nil, fmt.Errorf("xds: %w", err)
 	}
 	m, err := newClientMetrics(cfg.Metrics)
 	if err != nil {
@@ -180,45 +178,6 @@ func NewClient(cfg Config) (*Client, error) {
 		c.held[t] = make(map[string]string)
 	}
 	return c, nil
-}
-
-// checkHeader reports an error, naming the header, if k: v cannot be sent
-// as gRPC metadata (gRPC would fail every stream with it).
-func checkHeader(k, v string) error {
-	key := strings.ToLower(k)
-	if key == "" || strings.HasPrefix(key, "grpc-") || strings.HasSuffix(key, "-bin") {
-		return fmt.Errorf("xds: header %q: reserved or binary name", k)
-	}
-	for _, r := range key {
-		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
-			return fmt.Errorf("xds: header %q: invalid character %q in name", k, r)
-		}
-	}
-	for _, r := range v {
-		if r < 0x20 || r > 0x7e {
-			return fmt.Errorf("xds: header %q: value must be printable ASCII", k)
-		}
-	}
-	return nil
-}
-
-// parseXDSAddress returns host:port from "https://host[:port]".
-func parseXDSAddress(addr string) (string, error) {
-	u, err := url.Parse(addr)
-	if err != nil {
-		return "", fmt.Errorf("xds: address %q: %w", addr, err)
-	}
-	if u.Scheme != "https" {
-		return "", fmt.Errorf("xds: address %q: scheme must be https", addr)
-	}
-	if u.Hostname() == "" {
-		return "", fmt.Errorf("xds: address %q: no host", addr)
-	}
-	port := u.Port()
-	if port == "" {
-		port = "443"
-	}
-	return net.JoinHostPort(u.Hostname(), port), nil
 }
 
 // Ready returns a channel that is closed once the first response of each

@@ -46,7 +46,8 @@ func TestNewClientErrors(t *testing.T) {
 		want string
 	}{
 		{"http", Config{Address: "http://istiod:15012", TLS: cli, Store: st}, "https"},
-		{"no scheme", Config{Address: "istiod:15012", TLS: cli, Store: st}, "https"},
+		{"path", Config{Address: "https://istiod:15012/x", TLS: cli, Store: st}, "want https://host:port"},
+		{"authorization header", Config{Address: "https://istiod:15012", TLS: cli, Store: st, Headers: map[string]string{"Authorization": "x"}}, "reserved"},
 		{"no host", Config{Address: "https://:15012", TLS: cli, Store: st}, "no host"},
 		{"no tls", Config{Address: "https://istiod:15012", Store: st}, "TLS"},
 		{"no store", Config{Address: "https://istiod:15012", TLS: cli}, "Store"},
@@ -59,9 +60,11 @@ func TestNewClientErrors(t *testing.T) {
 			t.Errorf("NewClient(%s) = %v, want error containing %q", tt.name, err, tt.want)
 		}
 	}
-	c, err := NewClient(Config{Address: "https://istiod.istio-system.svc", TLS: cli, Store: st})
-	if err != nil || c.target != "passthrough:///istiod.istio-system.svc:443" {
-		t.Errorf("NewClient(no port) target = %q, %v; want port 443", c.target, err)
+	for _, addr := range []string{"https://istiod.istio-system.svc", "istiod.istio-system.svc"} {
+		c, err := NewClient(Config{Address: addr, TLS: cli, Store: st})
+		if err != nil || c.target != "passthrough:///istiod.istio-system.svc:443" {
+			t.Errorf("NewClient(%q) = %v; want target port 443", addr, err)
+		}
 	}
 }
 

@@ -30,13 +30,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/gozt/gozt/certs"
 	"github.com/gozt/gozt/certs/identity"
+	"github.com/gozt/gozt/istiod"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
@@ -102,8 +101,8 @@ func (c *Config) timeout() time.Duration {
 
 // Metadata keys of a request (SPEC §6.2).
 const (
-	mdAuthorization = "authorization"
-	mdClusterID     = "clusterid"
+	mdAuthorization = istiod.KeyAuthorization
+	mdClusterID     = istiod.KeyClusterID
 	// ImpersonatedIdentityKey is the field of the request's metadata Struct
 	// that names the identity requested on a workload's behalf. istiod's
 	// CreateCertificate (istio security/pkg/server/ca/server.go) then signs
@@ -130,9 +129,9 @@ var _ certs.Issuer = (*Client)(nil)
 // New checks cfg and returns a Client. It does not connect: the connection
 // is made by the first Issue and re-made as needed.
 func New(cfg Config) (*Client, error) {
-	target, err := hostPort(cfg.Address)
+	target, err := istiod.HostPort(cfg.Address)
 	if err != nil {
-		return nil, fmt.Errorf("istioca: %w", err)
+		return nil, fmt.Errorf("istioca: CA %w", err)
 	}
 	if err := checkTLS(cfg.TLS); err != nil {
 		return nil, fmt.Errorf("istioca: %w", err)
@@ -141,11 +140,11 @@ func New(cfg Config) (*Client, error) {
 	if ttl < time.Second {
 		return nil, fmt.Errorf("istioca: TTL %v: want at least 1s", cfg.TTL)
 	}
-	headers, err := extraHeaders(cfg.Headers)
+	headers, err := istiod.Headers(cfg.Headers)
 	if err != nil {
 		return nil, fmt.Errorf("istioca: %w", err)
 	}
-	if !validHeaderValue(cfg.ClusterID) {
+	if !istiod.ValidValue(cfg.ClusterID) {
 		return nil, fmt.Errorf("istioca: cluster id %q: must be printable ASCII", cfg.ClusterID)
 	}
 	opts := []grpc.DialOption{
@@ -169,35 +168,6 @@ func New(cfg Config) (*Client, error) {
 	return c, nil
 }
 
-// hostPort returns the host:port of a CA address ("https://host:port" or
-// "host:port").
-func hostPort(addr string) (string, error) {
-	if addr == "" {
-		// An empty CA address never means "no CA" or "fake CA" (TESTPLAN
-		// S29): it is a configuration error.
-		return "", errors.New("empty CA address")
-	}
-	hp := addr
-	if strings.Contains(addr, "://") {
-		u, err := url.Parse(addr)
-		if err != nil {
-			return "", fmt.Errorf("CA address %q: %w", addr, err)
-		}
-		if u.Scheme != "https" {
-			return "", fmt.Errorf("CA address %q: scheme %q, want https", addr, u.Scheme)
-		}
-		if u.Path != "" && u.Path != "/" || u.RawQuery != "" || u.User != nil {
-			return "", fmt.Errorf("CA address %q: want https://host:port", addr)
-		}
-		hp = u.Host
-	}
-	host, port, err := net.SplitHostPort(hp)
-	if err != nil || host == "" || port == "" {
-		return "", fmt.Errorf("CA address %q: want https://host:port", addr)
-	}
-	return hp, nil
-}
-
 // checkTLS refuses a missing TLS config or one that would accept any server.
 func checkTLS(c *tls.Config) error {
 	switch {
@@ -207,52 +177,6 @@ func checkTLS(c *tls.Config) error {
 		return errors.New("TLS config skips server verification")
 	}
 	return nil
-}
-
-// extraHeaders validates CA_HEADER_* metadata and returns it as key/value
-// pairs with lower-case keys.
-func extraHeaders(h map[string]string) ([]string, error) {
-	var kv []string
-	for k, v := range h {
-		key := strings.ToLower(k)
-		switch {
-		case !validHeaderName(key):
-			return nil, fmt.Errorf("header %q: invalid gRPC metadata name", k)
-		case key == mdAuthorization || key == mdClusterID || strings.HasPrefix(key, "grpc-"):
-			return nil, fmt.Errorf("header %q: reserved name", k)
-		case strings.HasSuffix(key, "-bin"):
-			return nil, fmt.Errorf("header %q: binary metadata not supported", k)
-		case !validHeaderValue(v):
-			return nil, fmt.Errorf("header %q: value must be printable ASCII", k)
-		}
-		kv = append(kv, key, v)
-	}
-	return kv, nil
-}
-
-// validHeaderName reports whether s is a valid gRPC metadata key:
-// 0-9 a-z _ - . (gRPC over HTTP/2, "Custom-Metadata").
-func validHeaderName(s string) bool {
-	if s == "" {
-		return false
-	}
-	for _, c := range []byte(s) {
-		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.') {
-			return false
-		}
-	}
-	return true
-}
-
-// validHeaderValue reports whether s is a valid ASCII metadata value:
-// printable ASCII and space.
-func validHeaderValue(s string) bool {
-	for _, c := range []byte(s) {
-		if c < 0x20 || c > 0x7e {
-			return false
-		}
-	}
-	return true
 }
 
 // Issue implements certs.Issuer: it sends one CreateCertificate request for
@@ -303,7 +227,7 @@ func (c *Client) metadata() (metadata.MD, error) {
 		if err != nil {
 			return nil, fmt.Errorf("token: %w", err)
 		}
-		if tok == "" || !validHeaderValue(tok) {
+		if tok == "" || !istiod.ValidValue(tok) {
 			return nil, errors.New("token: empty or not printable ASCII")
 		}
 		md.Set(mdAuthorization, "Bearer "+tok)

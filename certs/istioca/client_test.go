@@ -307,6 +307,20 @@ func TestCAServerVerified(t *testing.T) {
 	}
 }
 
+// TestNewAddressForms: the CA takes the address forms xds takes (package
+// istiod): with or without https://, and a missing port meaning 443.
+func TestNewAddressForms(t *testing.T) {
+	good := istiocatest.ClientTLS(newCA(t))
+	for _, addr := range []string{"https://istiod", "istiod:15012", "istiod.istio-system.svc:15012"} {
+		c, err := istioca.New(istioca.Config{Address: addr, TLS: good})
+		if err != nil {
+			t.Errorf("New(%q): %v", addr, err)
+			continue
+		}
+		c.Close()
+	}
+}
+
 func TestNewRejects(t *testing.T) {
 	ca := newCA(t)
 	good := istiocatest.ClientTLS(ca)
@@ -318,7 +332,7 @@ func TestNewRejects(t *testing.T) {
 	}{
 		{"empty address", istioca.Config{TLS: good}},
 		{"plaintext", istioca.Config{Address: "http://istiod:15012", TLS: good}},
-		{"no port", istioca.Config{Address: "https://istiod", TLS: good}},
+		{"query", istioca.Config{Address: "https://istiod:15012?x=1", TLS: good}},
 		{"no host", istioca.Config{Address: "https://:15012", TLS: good}},
 		{"path", istioca.Config{Address: "https://istiod:15012/x", TLS: good}},
 		{"nil TLS", istioca.Config{Address: addr}},

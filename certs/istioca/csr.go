@@ -11,6 +11,7 @@ import (
 	"fmt"
 
 	"github.com/gozt/gozt/certs/identity"
+	"github.com/gozt/gozt/istiod"
 )
 
 // oidSubjectAltName is id-ce-subjectAltName (RFC 5280 §4.2.1.6).
@@ -28,7 +29,7 @@ const tagURI = 6
 // be critical when the subject is empty (as ztunnel's CSRs do).
 func newCSR(id identity.Identity) (*ecdsa.PrivateKey, []byte, error) {
 	s := id.String()
-	if !validHeaderValue(s) || s == "" {
+	if !istiod.ValidValue(s) || s == "" {
 		return nil, nil, fmt.Errorf("identity %q is not printable ASCII", s)
 	}
 	san, err := asn1.Marshal([]asn1.RawValue{{Class: asn1.ClassContextSpecific, Tag: tagURI, Bytes: []byte(s)}})
