@@ -17,6 +17,10 @@ const (
 	// protocol on them, including refused streams (MadeYouReset,
 	// CVE-2025-8671).
 	maxLocalResets = 200
+	// maxRefusals bounds streams we refuse with REFUSED_STREAM after our
+	// GOAWAY. A well-behaved client is refused only for the streams it sent
+	// before it saw the GOAWAY: one flight of them.
+	maxRefusals = 1000
 	// maxSettings bounds SETTINGS frames (CVE-2019-9515).
 	maxSettings = 100
 	// maxPings bounds PING frames (CVE-2019-9512).
@@ -69,6 +73,7 @@ func (r *rateCounter) add(now time.Time, limit int) bool {
 type abuseCounters struct {
 	peerResets  rateCounter
 	localResets rateCounter
+	refusals    rateCounter
 	settings    rateCounter
 	pings       rateCounter
 	emptyFrames rateCounter

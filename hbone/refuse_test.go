@@ -1,10 +1,14 @@
 package hbone
 
 import (
+	"bytes"
 	"net/http"
+	"sync"
 	"testing"
+	"time"
 
 	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 )
 
 // TestGoAwayLastStreamSkipsRefused: streams refused because the connection
@@ -39,4 +43,132 @@ func TestGoAwayLastStreamSkipsRefused(t *testing.T) {
 	if g := r.wantGoAway(http2.ErrCodeFlowControl); g.last != 1 {
 		t.Errorf("final GOAWAY last stream id %d after stream 5 was refused (draining), want 1", g.last)
 	}
+}
+
+// TestDrainRefusalFlood: after GOAWAY every new stream is refused, and a
+// peer that floods HEADERS then (reading our answers or not) is cut off with
+// ENHANCE_YOUR_CALM once the refusals pass their bound, instead of growing
+// the control queue without limit.
+func TestDrainRefusalFlood(t *testing.T) {
+	const flood = 4 * maxRefusals
+	// drainingServer starts a server whose handler holds stream 1 open until
+	// release is called, so that Shutdown leaves the connection draining.
+	drainingServer := func(t *testing.T) (srv *Server, release func()) {
+		ch := make(chan struct{})
+		release = sync.OnceFunc(func() { close(ch) })
+		t.Cleanup(release)
+		return &Server{Handler: func(s *ServerStream) {
+			s.Respond(http.StatusOK, nil)
+			<-ch
+			s.Close()
+		}}, release
+	}
+	floodFrom := func(fr *http2.Framer, block func() []byte) <-chan int {
+		sent := make(chan int, 1)
+		go func() {
+			n := 0
+			for id := uint32(3); n < flood; id += 2 {
+				if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block(), EndHeaders: true}); err != nil {
+					break
+				}
+				n++
+			}
+			sent <- n
+		}()
+		return sent
+	}
+
+	t.Run("reading", func(t *testing.T) {
+		srv, release := drainingServer(t)
+		r, res := rawServer(t, srv)
+		r.handshakeClient()
+		r.connect(1)
+		r.want(func(f rawFrame) bool { return f.typ == http2.FrameHeaders && f.stream == 1 })
+		shut := runAsync(func() error { return srv.Shutdown(t.Context()) })
+		defer func() {
+			release()
+			<-shut
+		}()
+		r.wantGoAway(http2.ErrCodeNo)
+		block := r.block(":method", "CONNECT", ":authority", "a:1")
+		sent := floodFrom(r.fr, func() []byte { return block })
+		r.wantGoAway(http2.ErrCodeEnhanceYourCalm)
+		r.wantClosed()
+		release()
+		if err, ok := res.wait(10 * time.Second); !ok || err == nil {
+			t.Errorf("ServeConn = %v (returned %v), want an error", err, ok)
+		}
+		<-sent
+	})
+
+	t.Run("not reading", func(t *testing.T) {
+		srv, release := drainingServer(t)
+		cn, sn := connPair(t, false)
+		defer cn.Close()
+		res := &serveResult{ch: make(chan error, 1)}
+		go func() { res.ch <- srv.ServeConn(t.Context(), sn) }()
+		// A client that writes and never reads a byte.
+		var hbuf bytes.Buffer
+		enc := hpack.NewEncoder(&hbuf)
+		block := func() []byte {
+			hbuf.Reset()
+			enc.WriteField(hpack.HeaderField{Name: ":method", Value: "CONNECT"})
+			enc.WriteField(hpack.HeaderField{Name: ":authority", Value: "a:1"})
+			return hbuf.Bytes()
+		}
+		fr := http2.NewFramer(cn, nil)
+		if _, err := cn.Write([]byte(http2.ClientPreface)); err != nil {
+			t.Fatal(err)
+		}
+		if err := fr.WriteSettings(); err != nil {
+			t.Fatal(err)
+		}
+		if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block(), EndHeaders: true}); err != nil {
+			t.Fatal(err)
+		}
+		sc := serverConnOf(t, srv)
+		waitFor(t, func() bool {
+			sc.mu.Lock()
+			defer sc.mu.Unlock()
+			return sc.active == 1
+		}, "stream 1 to open")
+		shut := runAsync(func() error { return srv.Shutdown(t.Context()) })
+		defer func() {
+			release()
+			srv.Close()
+			<-shut
+			res.wait(10 * time.Second)
+		}()
+		waitFor(t, func() bool {
+			sc.mu.Lock()
+			defer sc.mu.Unlock()
+			return sc.goAwaySent
+		}, "GOAWAY")
+		sent := floodFrom(fr, block)
+		select {
+		case <-sc.done:
+		case <-time.After(10 * time.Second):
+			sc.cmu.Lock()
+			queued := len(sc.ctrl)
+			sc.cmu.Unlock()
+			t.Errorf("connection still open after %d refused HEADERS; %d control frames queued", flood, queued)
+		}
+		cn.Close()
+		<-sent
+	})
+}
+
+// serverConnOf waits for srv's one connection and returns it.
+func serverConnOf(t testing.TB, srv *Server) *conn {
+	t.Helper()
+	var sc *conn
+	waitFor(t, func() bool {
+		srv.mu.Lock()
+		defer srv.mu.Unlock()
+		for c := range srv.conns {
+			sc = c
+		}
+		return sc != nil
+	}, "the server's connection")
+	return sc
 }

@@ -202,8 +202,7 @@ func (c *conn) serverHeaders(id uint32, end bool) error {
 	switch {
 	case draining:
 		// Above the GOAWAY's last stream id: unprocessed, retry elsewhere.
-		c.queueCtrl(ctrlFrame{kind: ctrlRST, stream: id, code: http2.ErrCodeRefusedStream})
-		return nil
+		return c.refuseStream(id)
 	case full:
 		return c.streamError(id, http2.ErrCodeRefusedStream)
 	case c.hblock.truncated:
@@ -220,6 +219,21 @@ func (c *conn) serverHeaders(id uint32, end bool) error {
 		return c.streamError(id, http2.ErrCodeProtocol)
 	}
 	c.openServerStream(id, end)
+	return nil
+}
+
+// refuseStream resets stream id with REFUSED_STREAM: we did not process it,
+// and the peer may retry it elsewhere (RFC 9113 §8.7). Refusals are counted
+// and bounded like every frame a peer can make us queue, so that a peer
+// flooding HEADERS at a draining connection, and not reading our answers,
+// is cut off rather than growing the control queue.
+func (c *conn) refuseStream(id uint32) error {
+	if c.abuse.refusals.add(time.Now(), maxRefusals) {
+		return calm("too many refused streams")
+	}
+	if !c.queueCtrl(ctrlFrame{kind: ctrlRST, stream: id, code: http2.ErrCodeRefusedStream}) {
+		return calm("control queue full")
+	}
 	return nil
 }
 
