@@ -112,7 +112,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		series: make(map[trafficLabels]*series),
 	}
 	reg.MustRegister(m.sockets)
+	// Both reporters exist from the start, at 0, so a dashboard shows 0
+	// rather than "No data".
+	m.sockets.WithLabelValues("source")
+	m.sockets.WithLabelValues("destination")
 	return m
+}
+
+// socketsOpen is the istio_tcp_sockets_open gauge of reporter: accepted
+// sockets currently open (SPEC §7.1).
+func (m *Metrics) socketsOpen(reporter string) prometheus.Gauge {
+	return m.sockets.WithLabelValues(reporter)
 }
 
 // trafficLabels are the label values of one connection; a struct, not a

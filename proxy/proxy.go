@@ -19,6 +19,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/gozt/gozt/certs"
 	"github.com/gozt/gozt/certs/identity"
 	"github.com/gozt/gozt/hbone"
@@ -154,8 +156,10 @@ type Proxy struct {
 
 	mu        sync.Mutex
 	listeners map[string]net.Listener // by name: outbound, plaintext, inbound, socks5
-	conns     map[net.Conn]struct{}   // accepted connections, for drain and force close
-	closing   bool
+	// conns holds the accepted connections, for drain and force close, each
+	// with the istio_tcp_sockets_open gauge of its reporter.
+	conns   map[net.Conn]prometheus.Gauge
+	closing bool
 
 	wg sync.WaitGroup // accept loops and connection handlers
 
@@ -180,7 +184,7 @@ func New(cfg Config) (*Proxy, error) {
 		log:       orDiscard(cfg.Logger, discard).With("workload", cfg.WorkloadUID),
 		accessLog: orDiscard(cfg.AccessLog, discard),
 		listeners: make(map[string]net.Listener),
-		conns:     make(map[net.Conn]struct{}),
+		conns:     make(map[net.Conn]prometheus.Gauge),
 		illegal:   illegalPorts{OutboundPort, PlaintextPort, InboundPort},
 	}
 	if cfg.EnableSOCKS5 {
@@ -312,15 +316,22 @@ func (p *Proxy) Serve() error {
 	}
 	for name, l := range p.listeners {
 		p.wg.Add(1)
-		go p.acceptLoop(l, handlers[name])
+		go p.acceptLoop(l, handlers[name], p.cfg.Metrics.socketsOpen(listenerReporter[name]))
 	}
 	p.mu.Unlock()
 	p.wg.Wait()
 	return nil
 }
 
-// acceptLoop accepts connections on l until it is closed.
-func (p *Proxy) acceptLoop(l net.Listener, handle handler) {
+// listenerReporter is the metrics reporter of each listener's sockets:
+// source for the client side (outbound, SOCKS5), destination for inbound.
+var listenerReporter = map[string]string{
+	"outbound": "source", "socks5": "source", "plaintext": "destination", "inbound": "destination",
+}
+
+// acceptLoop accepts connections on l until it is closed; open counts them
+// while they are open.
+func (p *Proxy) acceptLoop(l net.Listener, handle handler, open prometheus.Gauge) {
 	defer p.wg.Done()
 	for {
 		c, err := l.Accept()
@@ -336,7 +347,7 @@ func (p *Proxy) acceptLoop(l net.Listener, handle handler) {
 			time.Sleep(50 * time.Millisecond) // e.g. EMFILE: back off, do not spin
 			continue
 		}
-		if !p.track(c) {
+		if !p.track(c, open) {
 			c.Close()
 			continue
 		}
@@ -403,15 +414,16 @@ func (p *Proxy) handOff(down, up net.Conn, finish func(relay.Result, error)) {
 	})
 }
 
-// track registers an accepted connection; it reports whether the proxy is
-// still accepting.
-func (p *Proxy) track(c net.Conn) bool {
+// track registers an accepted connection and counts it in open; it reports
+// whether the proxy is still accepting.
+func (p *Proxy) track(c net.Conn, open prometheus.Gauge) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closing {
 		return false
 	}
-	p.conns[c] = struct{}{}
+	p.conns[c] = open
+	open.Inc()
 	return true
 }
 
@@ -424,7 +436,10 @@ func (p *Proxy) untrack(c net.Conn) {
 // forget drops c from the tracked connections, if it is one.
 func (p *Proxy) forget(c net.Conn) {
 	p.mu.Lock()
-	delete(p.conns, c)
+	if open, ok := p.conns[c]; ok {
+		delete(p.conns, c)
+		open.Dec()
+	}
 	p.mu.Unlock()
 }
 
