@@ -2,6 +2,27 @@ package proxy
 
 import "errors"
 
+// flaggedError is an upstream failure with the response flag ztunnel
+// records for it (SPEC §7.1).
+type flaggedError struct {
+	flag string
+	err  error
+}
+
+func (e *flaggedError) Error() string { return e.err.Error() }
+func (e *flaggedError) Unwrap() error { return e.err }
+
+func withFlag(flag string, err error) error { return &flaggedError{flag: flag, err: err} }
+
+// failureFlag is the response flag of a failed upstream connection: the one
+// its error carries, else CONNECT.
+func failureFlag(err error) string {
+	if fe, ok := errors.AsType[*flaggedError](err); ok {
+		return fe.flag
+	}
+	return flagConnect
+}
+
 // Connection failures, by where they happen. Inbound HBONE failures carry
 // their HTTP status in inboundError.
 var (

@@ -34,7 +34,15 @@ var trafficLabelNames = []string{
 const (
 	flagNone    = "-"
 	flagDeny    = "DENY"
-	flagConnect = "CONNECT"
+	flagConnect = "CONNECT" // every failure not classified below
+	// flagTLS: the TLS handshake with the HBONE peer failed.
+	flagTLS = "TLS_FAILURE"
+	// flagH2: the HTTP/2 handshake after TLS failed.
+	flagH2 = "H2_HANDSHAKE_FAILURE"
+	// flagNetworkPolicy: connecting to an HBONE port timed out.
+	flagNetworkPolicy = "NETWORK_POLICY"
+	// flagIdentity: the source's own certificate could not be had.
+	flagIdentity = "IDENTITY_ERROR"
 )
 
 // Security policies (SPEC §7.1).

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"crypto/tls"
 	"fmt"
 	"net"
@@ -91,7 +92,7 @@ func (p *Proxy) openOutbound(down net.Conn, dst netip.AddrPort) (net.Conn, *conn
 
 	up, err := p.dialOutbound(src, labels.srcPrincipal, downAddr, rt)
 	if err != nil {
-		rec.fail(flagConnect, err)
+		rec.fail(failureFlag(err), err)
 		return nil, nil
 	}
 	proto := "TCP"
@@ -146,9 +147,13 @@ func (p *Proxy) dialHBONE(ctx context.Context, key hbone.Key) (*hbone.ClientConn
 	}
 	cert, err := p.cfg.Certs.Get(ctx, id)
 	if err != nil {
-		return nil, fmt.Errorf("certificate for %s: %w", id, err)
+		return nil, withFlag(flagIdentity, fmt.Errorf("certificate for %s: %w", id, err))
 	}
 	raw, err := p.dial(ctx, p.cfg.OutboundSource, key.Dst.String())
+	if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+		return nil, withFlag(flagNetworkPolicy, fmt.Errorf(
+			"connect %s: connection timed out, maybe a NetworkPolicy is blocking HBONE port %d: %w", key.Dst, key.Dst.Port(), err))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("connect %s: %w", key.Dst, err)
 	}
@@ -157,12 +162,12 @@ func (p *Proxy) dialHBONE(ctx context.Context, key hbone.Key) (*hbone.ClientConn
 	tc := tls.Client(hbone.NewBatchConn(raw), certs.ClientConfig(cert, strings.Split(key.DstIdentities, ",")))
 	if err := tc.HandshakeContext(ctx); err != nil {
 		raw.Close()
-		return nil, fmt.Errorf("tls handshake with %s: %w", key.Dst, err)
+		return nil, withFlag(flagTLS, fmt.Errorf("tls handshake with %s: %w", key.Dst, err))
 	}
 	cc, err := hbone.NewClientConn(ctx, tc, p.cfg.HBONE)
 	if err != nil {
 		tc.Close()
-		return nil, err
+		return nil, withFlag(flagH2, fmt.Errorf("http/2 handshake with %s: %w", key.Dst, err))
 	}
 	return cc, nil
 }

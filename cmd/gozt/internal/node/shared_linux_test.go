@@ -337,37 +337,6 @@ func isStatus(err error, code int) bool {
 	return errors.As(err, &se) && se.Code == code
 }
 
-// hasSeries reports whether the exposition text has a sample of name whose
-// labels include every one given.
-func hasSeries(text, name string, labels ...string) bool {
-	for _, line := range strings.Split(text, "\n") {
-		if !strings.HasPrefix(line, name+"{") {
-			continue
-		}
-		ok := true
-		for _, l := range labels {
-			if !strings.Contains(line, l) {
-				ok = false
-				break
-			}
-		}
-		if ok {
-			return true
-		}
-	}
-	return false
-}
-
-func grepLines(text, substr string) string {
-	var out []string
-	for _, line := range strings.Split(text, "\n") {
-		if strings.Contains(line, substr) {
-			out = append(out, line)
-		}
-	}
-	return strings.Join(out, "\n")
-}
-
 // TestSharedModeZDS: the ZDS life cycle against real namespaces. Del drains
 // a pod at once; when istio-cni's side goes away gozt is not ready, keeps
 // its pods and their open connections, reconnects, and reconciles with the
