@@ -28,8 +28,8 @@ func (r *router) pickEndpoint(svc *state.Service, svcPort uint16, src *state.Wor
 		if !ok {
 			continue
 		}
-		rank := localityRank(prefs, src, w)
-		if strict && rank < len(prefs) {
+		rank, ok := endpointRank(prefs, strict, src, w)
+		if !ok {
 			continue
 		}
 		switch {
@@ -45,7 +45,10 @@ func (r *router) pickEndpoint(svc *state.Service, svcPort uint16, src *state.Wor
 	n := r.randN(total)
 	for uid, ep := range svc.Endpoints {
 		w, port, ok := r.candidate(uid, ep, svcPort, svcTarget)
-		if !ok || localityRank(prefs, src, w) != bestRank {
+		if !ok {
+			continue
+		}
+		if rank, ok := endpointRank(prefs, strict, src, w); !ok || rank != bestRank {
 			continue
 		}
 		if weight := uint64(w.Weight()); n < weight {
@@ -80,42 +83,49 @@ func (r *router) candidate(uid string, ep state.Endpoint, svcPort, svcTarget uin
 	return w, port, true
 }
 
-// localityRank counts how many routing preferences, from the first, w shares
-// with src, stopping at the first mismatch (SPEC §3.3). NETWORK as the first
-// preference is special: a network match adds len-1, a mismatch skips the
-// criterion instead of stopping.
-func localityRank(prefs []state.LBScope, src, w *state.Workload) int {
+// endpointRank ranks w for a client src under routing preferences prefs
+// (SPEC §3.3, as ztunnel's load_balance computes it): the preferences w
+// shares with src, counted from the first until one differs. NETWORK as the
+// first preference is special: a network mismatch skips it instead of
+// stopping, and a network match also adds len(prefs)-1, so same-network
+// endpoints outrank every other. ok is false when STRICT drops w because it
+// does not share every preference; that check comes before the network
+// bonus.
+func endpointRank(prefs []state.LBScope, strict bool, src, w *state.Workload) (rank int, ok bool) {
 	if len(prefs) == 0 || src == nil {
-		return 0
+		return 0, true
 	}
-	rank := 0
-	for i, p := range prefs {
-		match := false
+	networkFirst := prefs[0] == state.ScopeNetwork
+	bonus := 0
+	for _, p := range prefs {
+		var match bool
 		switch p {
 		case state.ScopeRegion:
 			match = src.Locality.Region == w.Locality.Region
 		case state.ScopeZone:
-			match = src.Locality.Region == w.Locality.Region && src.Locality.Zone == w.Locality.Zone
+			match = src.Locality.Zone == w.Locality.Zone
 		case state.ScopeSubzone:
-			match = src.Locality.Region == w.Locality.Region && src.Locality.Zone == w.Locality.Zone &&
-				src.Locality.Subzone == w.Locality.Subzone
+			match = src.Locality.Subzone == w.Locality.Subzone
 		case state.ScopeNode:
 			match = src.Node == w.Node
 		case state.ScopeCluster:
 			match = src.ClusterID == w.ClusterID
 		case state.ScopeNetwork:
-			if i == 0 {
-				if src.Network == w.Network {
-					rank += len(prefs) - 1
-				}
-				continue
-			}
 			match = src.Network == w.Network
+			if networkFirst {
+				if !match {
+					continue // try the other scopes
+				}
+				bonus = len(prefs) - 1
+			}
 		}
 		if !match {
 			break
 		}
 		rank++
 	}
-	return rank
+	if strict && rank != len(prefs) {
+		return 0, false
+	}
+	return rank + bonus, true
 }
