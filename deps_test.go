@@ -32,6 +32,7 @@ var allowed = map[string][]string{
 	"proxy/dns":                 {"proxy/state", "certs/identity", "proxy/sockopt"},
 	"proxy/inpod":               {"proxy/sockopt"},
 	"proxy/inpod/inpodtest":     {"proxy/inpod", "proxy/sockopt"},
+	"deploy":                    {},
 	"deploy/image":              {},
 	"proxy": {"proxy/state", "proxy/relay", "proxy/sockopt", "proxy/connmgr", "proxy/dns",
 		"proxy/inpod", "hbone", "rbac", "certs", "certs/identity"},
