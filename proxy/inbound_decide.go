@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"slices"
 
 	"github.com/gozt/gozt/certs/identity"
 	"github.com/gozt/gozt/proxy/state"
@@ -145,22 +146,36 @@ func (q *connectQuery) reachesViaWaypoint(target netip.Addr) bool {
 	return false
 }
 
-// isLocalWaypoint reports whether gw is the local workload: an address gw
-// must be the L3 destination, a hostname gw a service the local workload is
-// an endpoint of.
+// isLocalWaypoint reports whether gw, a target's waypoint, is the local
+// workload, resolving it as ztunnel does (find_destination): an address is a
+// workload's IP or else a service VIP, a hostname a service or else a
+// workload. A service waypoint must have the local workload among its
+// endpoints; a workload waypoint must own the L3 destination, on any of its
+// IPs (a dual-stack waypoint may be reached on either).
 func (q *connectQuery) isLocalWaypoint(gw *state.GatewayAddress) bool {
-	if gw == nil {
+	var w *state.Workload
+	var svc *state.Service
+	switch {
+	case gw == nil:
 		return false
+	case gw.Address != nil:
+		ip := gw.Address.Address.Unmap()
+		if w = q.snap.WorkloadByIP(gw.Address.Network, ip); w == nil {
+			svc = q.snap.ServiceByVIP(gw.Address.Network, ip, q.local.Namespace)
+		}
+	case gw.Hostname != nil:
+		if svc = q.snap.ServiceByKey(gw.Hostname.Namespace + "/" + gw.Hostname.Hostname); svc == nil {
+			w = q.snap.WorkloadByHostname(gw.Hostname.Namespace, gw.Hostname.Hostname)
+		}
 	}
-	if gw.Address != nil {
-		return gw.Address.Address.Unmap() == q.l3dst.Addr()
+	switch {
+	case svc != nil:
+		_, ok := svc.Endpoints[q.local.UID]
+		return ok
+	case w != nil:
+		return slices.Contains(w.Addresses, q.l3dst.Addr())
 	}
-	svc := q.snap.ServiceByKey(gw.Hostname.Namespace + "/" + gw.Hostname.Hostname)
-	if svc == nil {
-		return false
-	}
-	_, ok := svc.Endpoints[q.local.UID]
-	return ok
+	return false
 }
 
 // resolveHostname finds the service a hostname authority names, preferring

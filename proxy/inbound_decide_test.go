@@ -256,11 +256,12 @@ func TestDecideConnectDestination(t *testing.T) {
 		{name: "service waypoint by ip", local: "waypoint", authority: "10.96.0.5:80", want: "10.0.0.10:80"},
 		{name: "waypoint of another workload", local: "server", authority: "10.0.0.4:80", status: 400, flag: flagConnect, err: errIPMismatch},
 		{name: "waypoint by hostname, not an endpoint", local: "server", authority: "10.96.0.4:80", status: 400, flag: flagConnect, err: errIPMismatch},
-		// Refused today, accepted by ztunnel, which resolves the waypoint
-		// address to its workload or service (issue 12, item 2): a waypoint
-		// named by its service VIP, and one reached on its other IP.
-		{name: "workload waypoint by vip", local: "waypoint", authority: "10.0.0.5:80", status: 400, flag: flagConnect, err: errIPMismatch},
-		{name: "waypoint reached on its other ip", local: "waypoint", authority: "10.0.0.4:80", l3dst: "[fd00::10]:15008", status: 400, flag: flagConnect, err: errIPMismatch},
+		// The waypoint address is resolved to its workload or service, as
+		// ztunnel does (issue 12, item 2; these were refused with 400): a
+		// waypoint named by its service VIP, one reached on its other IP.
+		{name: "workload waypoint by vip", local: "waypoint", authority: "10.0.0.5:80", want: "10.0.0.10:80"},
+		{name: "waypoint reached on its other ip", local: "waypoint", authority: "10.0.0.4:80", l3dst: "[fd00::10]:15008", want: "[fd00::10]:80"},
+		{name: "waypoint vip, not an endpoint", local: "server", authority: "10.0.0.5:80", status: 400, flag: flagConnect, err: errIPMismatch},
 	})
 }
 

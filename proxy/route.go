@@ -153,7 +153,10 @@ func (r *router) resolveGateway(gw *state.GatewayAddress, orig netip.Addr) (*sta
 		}
 		if svc := r.snap.ServiceByVIP(gw.Address.Network, ip, ""); svc != nil {
 			if w, _, ok := r.pickEndpoint(svc, 0, nil); ok {
-				return w, svc, r.selectIP(w, orig), nil
+				// The address as given picks the family, as ztunnel's
+				// fetch_waypoint does: an IPv4 waypoint VIP is reached
+				// over IPv4 even for an IPv6 destination.
+				return w, svc, r.selectIP(w, ip), nil
 			}
 		}
 	case gw.Hostname != nil:

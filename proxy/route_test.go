@@ -177,3 +177,37 @@ func TestPickEndpointWeights(t *testing.T) {
 		t.Errorf("capacity 1 vs 3 picked %d and %d times of %d; want about 1000 and 3000", counts[1], counts[3], n)
 	}
 }
+
+// TestWaypointByVIPAddressFamily: a waypoint named by its service VIP is
+// dialed on the waypoint endpoint's IP of the VIP's family, as ztunnel
+// resolves a waypoint address (the address as given, SPEC §3.5), whatever
+// the family of the original destination.
+func TestWaypointByVIPAddressFamily(t *testing.T) {
+	st := state.NewStore(state.Config{})
+	var errs []error
+	st.Update(func(b *state.Batch) {
+		errs = append(errs,
+			b.InsertWorkload(&state.Workload{UID: "c//Pod/ns/wp", Name: "wp", Namespace: "ns", ServiceAccount: "wp",
+				Addresses: []netip.Addr{ip("fd00::10"), ip("10.0.0.10")}, Protocol: state.HBONE,
+				Services: map[string]state.PortMap{"ns/wp.ns.svc.cluster.local": {15008: 15008}}}),
+			b.InsertService(&state.Service{Name: "wp", Namespace: "ns", Hostname: "wp.ns.svc.cluster.local",
+				VIPs: []state.NetworkAddress{{Address: ip("10.96.0.10")}}, Ports: state.PortMap{15008: 15008}}),
+			b.InsertWorkload(&state.Workload{UID: "c//Pod/ns/app", Name: "app", Namespace: "ns", ServiceAccount: "app",
+				Addresses: []netip.Addr{ip("fd00::2"), ip("10.0.0.2")}, Protocol: state.HBONE,
+				Waypoint: &state.GatewayAddress{Address: &state.NetworkAddress{Address: ip("10.96.0.10")}, HBONEMTLSPort: 15008}}),
+		)
+	})
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := router{snap: st.Snapshot()}
+	rt, err := r.decide(&state.Workload{Namespace: "ns", Name: "client"}, ip("fd00::1"), netip.MustParseAddrPort("[fd00::2]:8080"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rt.dial.String() != "10.0.0.10:15008" || rt.authority != "[fd00::2]:8080" || !rt.waypoint {
+		t.Errorf("route = dial %s authority %s waypoint %v; want 10.0.0.10:15008, [fd00::2]:8080, via the waypoint", rt.dial, rt.authority, rt.waypoint)
+	}
+}

@@ -134,6 +134,19 @@ func (s *Snapshot) FindWorkload(node, namespace, name, serviceAccount string) *W
 	return nil
 }
 
+// WorkloadByHostname returns a workload of namespace whose hostname is
+// hostname, or nil. It scans every workload: hostname-named waypoints and
+// gateways without a service are rare, and an index would cost memory on
+// every node.
+func (s *Snapshot) WorkloadByHostname(namespace, hostname string) *Workload {
+	for _, w := range s.workloads {
+		if w.Hostname == hostname && w.Namespace == namespace && hostname != "" {
+			return w
+		}
+	}
+	return nil
+}
+
 // ServiceByKey returns the service "namespace/hostname", or nil.
 func (s *Snapshot) ServiceByKey(key string) *Service { return s.services[key] }
 
