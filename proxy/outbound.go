@@ -2,8 +2,8 @@ package proxy
 
 import (
 	"context"
-	"errors"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -164,7 +164,11 @@ func (p *Proxy) dialHBONE(ctx context.Context, key hbone.Key) (*hbone.ClientConn
 		raw.Close()
 		return nil, withFlag(flagTLS, fmt.Errorf("tls handshake with %s: %w", key.Dst, err))
 	}
-	cc, err := hbone.NewClientConn(ctx, tc, p.cfg.HBONE)
+	// The connection takes min(POOL_MAX_STREAMS_PER_CONNECTION, the peer's
+	// limit) streams (SPEC §2.2), as the pool assumes.
+	ccfg := p.cfg.HBONE
+	ccfg.MaxConcurrentStreams = uint32(p.poolMaxStreams())
+	cc, err := hbone.NewClientConn(ctx, tc, ccfg)
 	if err != nil {
 		tc.Close()
 		return nil, withFlag(flagH2, fmt.Errorf("http/2 handshake with %s: %w", key.Dst, err))

@@ -193,7 +193,7 @@ func New(cfg Config) (*Proxy, error) {
 	p.lifetime, p.cancel = context.WithCancel(context.Background())
 	p.pool = hbone.NewPool(hbone.PoolConfig{
 		Dial:              p.dialHBONE,
-		MaxStreamsPerConn: cfg.PoolMaxStreams,
+		MaxStreamsPerConn: p.poolMaxStreams(),
 		IdleTimeout:       cfg.PoolIdleTimeout,
 		Logger:            p.log,
 	})
@@ -201,6 +201,14 @@ func New(cfg Config) (*Proxy, error) {
 	hcfg.Logger = p.log
 	p.hbone = &hbone.Server{Config: hcfg, Handler: p.serveConnect}
 	return p, nil
+}
+
+// poolMaxStreams is POOL_MAX_STREAMS_PER_CONNECTION, 100 if unset.
+func (p *Proxy) poolMaxStreams() int {
+	if p.cfg.PoolMaxStreams > 0 {
+		return p.cfg.PoolMaxStreams
+	}
+	return 100
 }
 
 func orDiscard(l, discard *slog.Logger) *slog.Logger {

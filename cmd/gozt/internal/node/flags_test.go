@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	xproxy "golang.org/x/net/proxy"
 	"google.golang.org/grpc/codes"
 
 	"github.com/gozt/gozt/certs/identity"
@@ -131,4 +132,39 @@ func grepLines(text, substr string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestPoolStreamCap: with POOL_MAX_STREAMS_PER_CONNECTION=150, 140
+// concurrent connections to one peer share one HBONE connection: the cap is
+// min(the setting, the peer's 200), not a fixed 100 (SPEC §2.2; issue 12,
+// defect 1, where they took 2 connections).
+func TestPoolStreamCap(t *testing.T) {
+	nextNet++
+	clientIP, serverIP := fmt.Sprintf("127.88.%d.2", nextNet), fmt.Sprintf("127.88.%d.3", nextNet)
+	cp := newControlPlane(t)
+	cp.startNodeEnv(t, "client", clientIP, "POOL_MAX_STREAMS_PER_CONNECTION=150")
+	server := cp.startNode(t, "server", serverIP)
+	cp.xds.PushWorkload(workload("client", clientIP), workload("server", serverIP))
+	echo(t, serverIP+":8080")
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for range 140 {
+		d, _ := xproxy.SOCKS5("tcp", clientIP+":15080", nil, xproxy.Direct)
+		c, err := d.Dial("tcp", serverIP+":8080")
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		if err := ping(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := get(t, "http://"+server.MetricsAddr().String()+"/metrics")
+	if !strings.Contains(m, `istio_tcp_sockets_open{reporter="destination"} 1`) {
+		t.Errorf("140 streams used more than one HBONE connection:\n%s", grepLines(m, "istio_tcp_sockets_open"))
+	}
 }

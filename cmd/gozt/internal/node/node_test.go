@@ -46,8 +46,14 @@ func newControlPlane(t *testing.T) *controlPlane {
 // startNode runs a dedicated-mode gozt proxy for demo/<name>/<name> on ip.
 func (cp *controlPlane) startNode(t *testing.T, name, ip string) *Node {
 	t.Helper()
+	return cp.startNodeEnv(t, name, ip)
+}
+
+// startNodeEnv is startNode with extra environment variables.
+func (cp *controlPlane) startNodeEnv(t *testing.T, name, ip string, extra ...string) *Node {
+	t.Helper()
 	root := string(cp.ca.RootPEM())
-	env, err := envconfig.Load([]string{
+	env, err := envconfig.Load(append([]string{
 		"PROXY_MODE=dedicated",
 		"PROXY_WORKLOAD_INFO=demo/" + name + "/" + name,
 		"XDS_ADDRESS=https://" + cp.xds.Addr(),
@@ -56,7 +62,7 @@ func (cp *controlPlane) startNode(t *testing.T, name, ip string) *Node {
 		"CA_ROOT_CA=" + root,
 		"AUTH_TOKEN=test-token",
 		"UNSTABLE_ENABLE_SOCKS5=true",
-	})
+	}, extra...))
 	if err != nil {
 		t.Fatal(err)
 	}
