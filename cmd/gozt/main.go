@@ -47,7 +47,8 @@ commands:
   explain   explain an authorization decision from a saved /config_dump
             (gozt explain --config-dump FILE --src IP[:PORT] [--identity SPIFFE] --dst IP:PORT)
   proxy     run as the node proxy of an Istio ambient cluster, configured by
-            ztunnel's environment variables (PROXY_MODE=dedicated; shared mode not yet)
+            ztunnel's environment variables (shared in-pod mode by default, as
+            Istio's chart runs it; PROXY_MODE=dedicated for one workload)
   version   print the version
   help      print this help
 `
