@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/gozt/gozt/certs/identity"
+	"github.com/spiffe/go-spiffe/v2/bundle/x509bundle"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
 )
 
 // Cert is a workload certificate: leaf (+ intermediates), its private key
@@ -24,12 +26,15 @@ type Cert struct {
 
 	tlsCert tls.Certificate
 	pool    *x509.CertPool
+	bundle  *x509bundle.Bundle // Roots as the bundle of Identity's trust domain
 }
 
 // NewCert validates and assembles a Cert. It checks that the chain is
 // non-empty, that key belongs to the leaf, that the leaf carries exactly one
-// URI SAN and that it is id, that roots is non-empty and that the chain
-// verifies to roots at time.Now() for any extended key usage.
+// URI SAN and that it is id, that roots is non-empty, and that the chain is
+// an X.509-SVID (x509svid.Verify: the leaf is not a CA and may not sign
+// certificates or CRLs) that verifies to roots at time.Now() for any
+// extended key usage.
 func NewCert(id identity.Identity, chain []*x509.Certificate, key crypto.Signer, roots []*x509.Certificate) (*Cert, error) {
 	if len(chain) == 0 || chain[0] == nil {
 		return nil, ErrEmptyChain
@@ -51,6 +56,10 @@ func NewCert(id identity.Identity, chain []*x509.Certificate, key crypto.Signer,
 	if len(sans) != 1 || sans[0] != id.String() {
 		return nil, fmt.Errorf("%w: leaf URI SANs %q, want [%q]", ErrIdentityMismatch, sans, id.String())
 	}
+	td, err := spiffeid.TrustDomainFromString(id.TrustDomain)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrIdentityMismatch, err)
+	}
 	c := &Cert{
 		Identity: id,
 		Chain:    append([]*x509.Certificate(nil), chain...),
@@ -64,14 +73,9 @@ func NewCert(id identity.Identity, chain []*x509.Certificate, key crypto.Signer,
 		}
 		c.pool.AddCert(r)
 	}
-	opts := x509.VerifyOptions{
-		Roots:         c.pool,
-		Intermediates: intermediatePool(c.Chain[1:]),
-		CurrentTime:   time.Now(),
-		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageAny},
-	}
-	if _, err := leaf.Verify(opts); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrUntrusted, err)
+	c.bundle = x509bundle.FromX509Authorities(td, c.Roots)
+	if _, err := verifySVID(c.Chain, c.bundle, sans[0], time.Now()); err != nil {
+		return nil, err
 	}
 	der := make([][]byte, len(c.Chain))
 	for i, cert := range c.Chain {

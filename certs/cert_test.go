@@ -28,6 +28,8 @@ func TestNewCertRejects(t *testing.T) {
 	}
 	expired := leafTemplate(t, idA.String())
 	expired.NotBefore, expired.NotAfter = time.Now().Add(-2*time.Hour), time.Now().Add(-time.Hour)
+	caLeaf := leafTemplate(t, idA.String())
+	caLeaf.IsCA, caLeaf.KeyUsage = true, x509.KeyUsageCertSign|x509.KeyUsageDigitalSignature
 
 	tests := []struct {
 		name    string
@@ -47,6 +49,7 @@ func TestNewCertRejects(t *testing.T) {
 		{"no URI SAN", idA, sign(ca, leafTemplate(t)), key, ca.Roots(), certs.ErrIdentityMismatch},
 		{"other CA", idA, sign(otherCA, leafTemplate(t, idA.String())), key, ca.Roots(), certs.ErrUntrusted},
 		{"expired", idA, sign(ca, expired), key, ca.Roots(), certs.ErrUntrusted},
+		{"CA leaf", idA, sign(ca, caLeaf), key, ca.Roots(), certs.ErrBadLeaf},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

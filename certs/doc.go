@@ -11,9 +11,12 @@
 //
 // ServerConfig and ClientConfig build the inbound (15008) and outbound HBONE
 // TLS configurations: TLS 1.3, ALPN "h2", mutual authentication with the
-// SPIFFE checks of SPEC §6.5 done in VerifyConnection (crypto/tls's own
-// verification is off because it checks host names, not SPIFFE IDs).
-// PeerIdentity reads the verified peer identity after a handshake.
+// SPIFFE checks of SPEC §6.5 done once per handshake in VerifyConnection
+// (crypto/tls's own verification is off because it checks host names, not
+// SPIFFE IDs). Inbound clients are verified as X.509-SVIDs with go-spiffe's
+// x509svid; outbound servers with crypto/x509, because SPEC accepts server
+// leafs with several URI SANs, which x509svid refuses. PeerIdentity reads
+// the verified peer identity after a handshake.
 //
 // Typical use:
 //

@@ -3,21 +3,13 @@ package certs
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"slices"
 	"time"
-
-	"github.com/gozt/gozt/certs/identity"
 )
 
 // alpnH2 is the only application protocol HBONE speaks (SPEC §2.1).
 const alpnH2 = "h2"
-
-// maxPeerChainLen bounds how many certificates a peer may present. Istio
-// chains are leaf + a few intermediates (+ maybe the root); refusing longer
-// chains before path building keeps hostile chains cheap (TESTPLAN item 35).
-const maxPeerChainLen = 8
 
 // Cipher suites (SPEC §2.1: TLS13_AES_256_GCM_SHA384, TLS13_AES_128_GCM_SHA256).
 //
@@ -49,11 +41,12 @@ func offersAESGCM(suites []uint16) bool {
 // TLS 1.3 only, ALPN "h2" required, session tickets disabled, the
 // certificate from get (called once per handshake with the handshake's
 // context; an error aborts the handshake), and a client certificate
-// required. The client chain must verify to the server cert's roots for
-// client auth, the client leaf must not be a CA, must carry exactly one URI
-// SAN, which must be a valid SPIFFE workload identity (PeerIdentity) whose
-// trust domain equals the server cert's trust domain. Any SAN with a NUL or
-// other control byte fails the handshake.
+// required. The client chain must be an X.509-SVID (x509svid.Verify) that
+// verifies to the server cert's roots for client auth: the client leaf must
+// not be a CA and must carry exactly one URI SAN, which must be a valid
+// SPIFFE workload identity (PeerIdentity) whose trust domain equals the
+// server cert's trust domain. Any SAN with a NUL or other control byte
+// fails the handshake.
 func ServerConfig(get func(ctx context.Context) (*Cert, error)) *tls.Config {
 	if get == nil {
 		panic("certs: ServerConfig: nil get")
@@ -91,34 +84,6 @@ func serverConfigFor(c *Cert) *tls.Config {
 	}
 }
 
-// verifyClient checks an inbound client (SPEC §6.5): chain to c's roots,
-// workload leaf, one SPIFFE URI SAN in c's trust domain.
-func verifyClient(c *Cert, cs *tls.ConnectionState, now time.Time) error {
-	if err := checkProtocol(cs); err != nil {
-		return err
-	}
-	if err := verifyChain(c, cs.PeerCertificates, x509.ExtKeyUsageClientAuth, now); err != nil {
-		return err
-	}
-	sans, err := uriSANs(cs.PeerCertificates[0])
-	if err != nil {
-		return err
-	}
-	// An X.509-SVID has exactly one URI SAN (SPIFFE X509-SVID §2); with
-	// more, "who is the client" would be ambiguous (TESTPLAN item 32).
-	if len(sans) != 1 {
-		return fmt.Errorf("%w: client leaf has %d URI SANs, want 1", ErrNoSPIFFEID, len(sans))
-	}
-	id, err := identity.Parse(sans[0])
-	if err != nil {
-		return fmt.Errorf("%w: %v", ErrNoSPIFFEID, err)
-	}
-	if id.TrustDomain != c.Identity.TrustDomain {
-		return fmt.Errorf("%w: client %q, server %q", ErrTrustDomainMismatch, id.TrustDomain, c.Identity.TrustDomain)
-	}
-	return nil
-}
-
 // ClientConfig is the outbound HBONE TLS config (SPEC §2.1, §6.5): TLS 1.3
 // only, ALPN "h2" required, no SNI (ServerName empty; use tls.Client, since
 // tls.Dial fills ServerName from the address), no session resumption, and
@@ -141,83 +106,4 @@ func ClientConfig(c *Cert, expectedSANs []string) *tls.Config {
 			return verifyServer(c, want, &cs, time.Now())
 		},
 	}
-}
-
-// verifyServer checks an outbound server: chain to c's roots, workload
-// leaf, one URI SAN exactly in want.
-func verifyServer(c *Cert, want []string, cs *tls.ConnectionState, now time.Time) error {
-	if err := checkProtocol(cs); err != nil {
-		return err
-	}
-	if err := verifyChain(c, cs.PeerCertificates, x509.ExtKeyUsageServerAuth, now); err != nil {
-		return err
-	}
-	sans, err := uriSANs(cs.PeerCertificates[0])
-	if err != nil {
-		return err
-	}
-	for _, s := range sans {
-		if slices.Contains(want, s) {
-			return nil
-		}
-	}
-	return fmt.Errorf("%w: server URI SANs %q, expected one of %q", ErrSANMismatch, sans, want)
-}
-
-// checkProtocol enforces TLS 1.3 and ALPN h2 on a completed negotiation.
-// crypto/tls lets a peer that sends no ALPN extension through with no
-// protocol; HBONE requires h2 (TESTPLAN item 36).
-func checkProtocol(cs *tls.ConnectionState) error {
-	if cs.Version != tls.VersionTLS13 {
-		return ErrVersion
-	}
-	if cs.NegotiatedProtocol != alpnH2 {
-		return ErrALPN
-	}
-	return nil
-}
-
-// verifyChain verifies peer (leaf first) to c's roots at now for usage, and
-// that the leaf is a workload certificate, not a CA.
-func verifyChain(c *Cert, peer []*x509.Certificate, usage x509.ExtKeyUsage, now time.Time) error {
-	if len(peer) == 0 {
-		return ErrNoPeerCertificate
-	}
-	if len(peer) > maxPeerChainLen {
-		return fmt.Errorf("%w: %d certificates", ErrChainTooLong, len(peer))
-	}
-	leaf := peer[0]
-	if leaf.IsCA || leaf.KeyUsage&(x509.KeyUsageCertSign|x509.KeyUsageCRLSign) != 0 {
-		return ErrBadLeaf
-	}
-	opts := x509.VerifyOptions{
-		Roots:         c.RootPool(),
-		Intermediates: intermediatePool(peer[1:]),
-		CurrentTime:   now,
-		KeyUsages:     []x509.ExtKeyUsage{usage},
-	}
-	if _, err := leaf.Verify(opts); err != nil {
-		return fmt.Errorf("%w: %v", ErrUntrusted, err)
-	}
-	return nil
-}
-
-// PeerIdentity returns the SPIFFE identity of the peer of a handshake made
-// with ServerConfig or ClientConfig (which verified it): the first URI SAN
-// of the peer leaf that parses as a SPIFFE workload identity. For inbound
-// connections that is the client's only URI SAN.
-func PeerIdentity(cs *tls.ConnectionState) (identity.Identity, error) {
-	if cs == nil || len(cs.PeerCertificates) == 0 {
-		return identity.Identity{}, ErrNoPeerCertificate
-	}
-	sans, err := uriSANs(cs.PeerCertificates[0])
-	if err != nil {
-		return identity.Identity{}, err
-	}
-	for _, s := range sans {
-		if id, err := identity.Parse(s); err == nil {
-			return id, nil
-		}
-	}
-	return identity.Identity{}, ErrNoSPIFFEID
 }

@@ -92,6 +92,8 @@ func TestServerRejects(t *testing.T) {
 	serverOnly.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
 	caLeaf := leafTemplate(t, idB.String())
 	caLeaf.IsCA, caLeaf.KeyUsage = true, x509.KeyUsageCertSign|x509.KeyUsageDigitalSignature
+	crlLeaf := leafTemplate(t, idB.String())
+	crlLeaf.KeyUsage |= x509.KeyUsageCRLSign
 	noURI := leafTemplate(t)
 	noURI.DNSNames = []string{"b.b.svc.cluster.local"}
 
@@ -117,6 +119,7 @@ func TestServerRejects(t *testing.T) {
 		{"not yet valid", rawClientConfig(rawTLSCert(t, ca, notYet)), certs.ErrUntrusted},
 		{"server-auth only leaf", rawClientConfig(rawTLSCert(t, ca, serverOnly)), certs.ErrUntrusted},
 		{"CA leaf", rawClientConfig(rawTLSCert(t, ca, caLeaf)), certs.ErrBadLeaf},
+		{"CRL-signing leaf", rawClientConfig(rawTLSCert(t, ca, crlLeaf)), certs.ErrBadLeaf},
 		{"no URI SAN", rawClientConfig(rawTLSCert(t, ca, noURI)), certs.ErrNoSPIFFEID},
 		{"two URI SANs", rawClientConfig(rawTLSCert(t, ca, leafTemplate(t, idB.String(), "spiffe://cluster.local/ns/c/sa/c"))), certs.ErrNoSPIFFEID},
 		{"non-SPIFFE URI", rawClientConfig(rawTLSCert(t, ca, leafTemplate(t, "https://cluster.local/ns/b/sa/b"))), certs.ErrNoSPIFFEID},
@@ -296,4 +299,33 @@ func TestPeerIdentityErrors(t *testing.T) {
 	if got, err := certs.PeerIdentity(cs); err != nil || got != idB {
 		t.Errorf("PeerIdentity(mixed) = %v, %v; want %v", got, err, idB)
 	}
+}
+
+// BenchmarkVerifyPeer measures the per-handshake peer checks alone, without
+// the TLS handshake around them.
+func BenchmarkVerifyPeer(b *testing.B) {
+	ca := newCA(b)
+	srv, cli := issue(b, ca, idA), issue(b, ca, idB)
+	now := time.Now()
+	state := func(peer *certs.Cert) *tls.ConnectionState {
+		return &tls.ConnectionState{Version: tls.VersionTLS13, NegotiatedProtocol: "h2", PeerCertificates: peer.Chain}
+	}
+	b.Run("inbound", func(b *testing.B) {
+		cs := state(cli)
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := certs.VerifyClientForTest(srv, cs, now); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("outbound", func(b *testing.B) {
+		cs, want := state(srv), []string{idB.String(), idA.String()}
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := certs.VerifyServerForTest(cli, want, cs, now); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
