@@ -9,7 +9,6 @@ import (
 	_ "github.com/google/go-cmp/cmp"
 	_ "github.com/prometheus/client_golang/prometheus"
 	_ "github.com/prometheus/client_golang/prometheus/promhttp"
-	_ "github.com/spiffe/go-spiffe/v2/svid/x509svid"
 	_ "go.uber.org/goleak"
 	_ "golang.org/x/net/http2"
 	_ "golang.org/x/net/http2/hpack"
