@@ -31,7 +31,8 @@ type conn struct {
 	server bool
 	log    *slog.Logger
 
-	// Server role: the handler for new streams and the running handlers.
+	// Server role: the handler for new streams and the running handlers
+	// (runningHandlers and unstarted, below, are guarded by mu).
 	handler  Handler
 	handlers sync.WaitGroup
 
@@ -76,11 +77,13 @@ type conn struct {
 	// mu guards the connection state below.
 	mu              sync.Mutex
 	streams         map[uint32]*stream
-	active          int    // streams counting toward the concurrency limit
-	maxPeerID       uint32 // server: highest client stream id seen (ids above it are idle)
-	lastProcessedID uint32 // server: highest client stream id not refused, named by our GOAWAY
-	nextID          uint32 // client: next stream id to open
-	sendWin         int64  // connection send window
+	active          int             // streams counting toward the concurrency limit
+	runningHandlers int             // server: handlers started and not returned
+	unstarted       []*ServerStream // server: streams waiting for a handler, in order
+	maxPeerID       uint32          // server: highest client stream id seen (ids above it are idle)
+	lastProcessedID uint32          // server: highest client stream id not refused, named by our GOAWAY
+	nextID          uint32          // client: next stream id to open
+	sendWin         int64           // connection send window
 	winWake         chan struct{}
 	stateWake       chan struct{} // closed when active drops or the conn fails
 	peerInitWin     int64

@@ -122,3 +122,71 @@ func TestInteropXNetServer(t *testing.T) {
 		t.Fatal("x/net ServeConn did not return")
 	}
 }
+
+// TestInteropXNetTransportCancels: x/net's http2.Transport, which counts a
+// stream it canceled (RST_STREAM CANCEL) as gone, opens and cancels many
+// tunnels within our MaxConcurrentStreams while the handler still holds the
+// canceled streams: none is refused, and a long tunnel beside them lives.
+func TestInteropXNetTransportCancels(t *testing.T) {
+	const limit = 2
+	srv := &Server{Config: Config{MaxConcurrentStreams: limit}, Handler: heldHandler(t)}
+	cn, sn := connPair(t, false)
+	served := runAsync(func() error { return srv.ServeConn(context.Background(), sn) })
+	// Strict: wait for a free slot rather than fail at the limit.
+	xcc, err := (&http2.Transport{StrictMaxConcurrentStreams: true}).NewClientConn(cn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	connect := func(ctx context.Context, body io.Reader, h http.Header) (*http.Response, error) {
+		return xcc.RoundTrip((&http.Request{
+			Method: http.MethodConnect,
+			URL:    &url.URL{Host: "10.1.2.3:8080"},
+			Host:   "10.1.2.3:8080",
+			Header: h,
+			Body:   io.NopCloser(body),
+		}).WithContext(ctx))
+	}
+	pr, pw := io.Pipe()
+	long, err := connect(context.Background(), pr, http.Header{"Mode": {"echo"}})
+	if err != nil {
+		t.Fatalf("long tunnel: %v", err)
+	}
+	for i := range 3 * maxLocalResets / 2 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		resp, err := connect(ctx, eofAfterCancel{ctx}, nil)
+		if err != nil {
+			cancel()
+			t.Fatalf("tunnel %d: %v", i, err)
+		}
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("tunnel %d: status %d", i, resp.StatusCode)
+		}
+		cancel() // RST_STREAM CANCEL
+		resp.Body.Close()
+	}
+	w := runAsync(func() error {
+		if _, err := pw.Write([]byte("still here")); err != nil {
+			return err
+		}
+		return pw.Close()
+	})
+	if err := readAllCompare(long.Body, []byte("still here")); err != nil {
+		t.Fatalf("long tunnel after the cancels: %v", err)
+	}
+	wait(t, w, "write")
+	long.Body.Close()
+	xcc.Close()
+	select {
+	case <-served:
+	case <-time.After(10 * time.Second):
+		t.Fatal("ServeConn did not return")
+	}
+}
+
+// eofAfterCancel is a request body that sends nothing and ends when ctx does.
+type eofAfterCancel struct{ ctx context.Context }
+
+func (b eofAfterCancel) Read([]byte) (int, error) {
+	<-b.ctx.Done()
+	return 0, io.EOF
+}

@@ -14,12 +14,13 @@ const (
 	// answered them (rapid reset, CVE-2023-44487).
 	maxPeerResets = 1000
 	// maxLocalResets bounds streams we reset because the peer broke the
-	// protocol on them, including refused streams (MadeYouReset,
-	// CVE-2025-8671).
+	// protocol on them (MadeYouReset, CVE-2025-8671).
 	maxLocalResets = 200
-	// maxRefusals bounds streams we refuse with REFUSED_STREAM after our
-	// GOAWAY. A well-behaved client is refused only for the streams it sent
-	// before it saw the GOAWAY: one flight of them.
+	// maxRefusals bounds streams we refuse with REFUSED_STREAM, after our
+	// GOAWAY or over MAX_CONCURRENT_STREAMS. Refusals are not protocol
+	// errors (they do not count toward maxLocalResets): a well-behaved
+	// client is refused only for the streams it sent before it saw our
+	// GOAWAY or SETTINGS, one flight of them.
 	maxRefusals = 1000
 	// maxSettings bounds SETTINGS frames (CVE-2019-9515).
 	maxSettings = 100

@@ -111,28 +111,49 @@ func NewPool(cfg PoolConfig) *Pool {
 
 // Connect opens a tunnel to authority on a pooled connection for key,
 // dialing one if needed. Requests the peer left unprocessed (refused stream,
-// GOAWAY) are retried on another connection.
+// GOAWAY) are retried on another connection: a connection that refused a
+// stream leaves the pool first, so the retry never goes back to it.
 func (p *Pool) Connect(ctx context.Context, key Key, authority string, h http.Header) (*ClientStream, error) {
 	const maxAttempts = 3
 	var err error
 	for range maxAttempts {
-		var cc *ClientConn
-		if cc, err = p.checkout(ctx, key); err != nil {
+		var pc *pooledConn
+		if pc, err = p.checkout(ctx, key); err != nil {
 			return nil, err
 		}
 		var s *ClientStream
-		if s, err = cc.c.connect(ctx, authority, h); err == nil {
+		if s, err = pc.cc.c.connect(ctx, authority, h); err == nil {
 			return s, nil
 		}
 		if !retryable(err) || ctx.Err() != nil {
 			return nil, err
 		}
+		if errors.Is(err, ErrRefused) {
+			p.retire(pc)
+		}
 	}
 	return nil, err
 }
 
+// retire takes pc out of the pool after it refused a stream: the server
+// disagrees with us on what the connection can take, so new streams go to
+// another connection (a new one if need be). pc closes once its streams end.
+func (p *Pool) retire(pc *pooledConn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if e := p.entries[pc.key]; e != nil {
+		p.removeLocked(e, pc)
+		if len(e.conns) == 0 && e.dialing == nil {
+			delete(p.entries, pc.key)
+		}
+	}
+	if pc.cc.ActiveStreams() == 0 {
+		p.closeLocked(pc)
+	}
+}
+
 // checkout returns a connection for key with a stream slot reserved.
-func (p *Pool) checkout(ctx context.Context, key Key) (*ClientConn, error) {
+func (p *Pool) checkout(ctx context.Context, key Key) (*pooledConn, error) {
 	for {
 		p.mu.Lock()
 		if p.closed {
@@ -144,9 +165,9 @@ func (p *Pool) checkout(ctx context.Context, key Key) (*ClientConn, error) {
 			e = &poolEntry{}
 			p.entries[key] = e
 		}
-		if cc := p.takeLocked(e); cc != nil {
+		if pc := p.takeLocked(e); pc != nil {
 			p.mu.Unlock()
-			return cc, nil
+			return pc, nil
 		}
 		call := e.dialing
 		if call == nil {
@@ -169,7 +190,7 @@ func (p *Pool) checkout(ctx context.Context, key Key) (*ClientConn, error) {
 
 // takeLocked reserves a stream on a pooled connection of e, dropping
 // connections that can take no more.
-func (p *Pool) takeLocked(e *poolEntry) *ClientConn {
+func (p *Pool) takeLocked(e *poolEntry) *pooledConn {
 	for len(e.conns) > 0 {
 		pc := e.conns[0]
 		if pc.cc.c.reserve() != nil {
@@ -184,7 +205,7 @@ func (p *Pool) takeLocked(e *poolEntry) *ClientConn {
 		if pc.cc.ActiveStreams() >= p.cfg.MaxStreamsPerConn {
 			p.removeLocked(e, pc) // full: never back in the pool
 		}
-		return pc.cc
+		return pc
 	}
 	return nil
 }

@@ -2,8 +2,10 @@ package hbone
 
 import (
 	"bytes"
+	"context"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -171,4 +173,131 @@ func serverConnOf(t testing.TB, srv *Server) *conn {
 		return sc != nil
 	}, "the server's connection")
 	return sc
+}
+
+// heldHandler answers 200 and leaves the stream to the test, like a handler
+// that hands it to a relay and returns; mode "echo" echoes instead. Cleanup
+// closes the held streams.
+func heldHandler(t testing.TB) Handler {
+	held := make(chan *ServerStream, 1024)
+	t.Cleanup(func() {
+		for {
+			select {
+			case s := <-held:
+				s.Close()
+			default:
+				return
+			}
+		}
+	})
+	return func(s *ServerStream) {
+		if s.Header().Get("Mode") == "echo" {
+			echoHandler(s)
+			return
+		}
+		s.Respond(http.StatusOK, nil)
+		held <- s
+	}
+}
+
+// wantAnswer waits for the response HEADERS on stream id and fails on a
+// reset or GOAWAY instead.
+func wantAnswer(t testing.TB, r *rawPeer, id uint32) {
+	t.Helper()
+	f := r.want(func(f rawFrame) bool {
+		return f.typ == http2.FrameGoAway || f.stream == id && (f.typ == http2.FrameHeaders || f.typ == http2.FrameRSTStream)
+	})
+	if f.typ != http2.FrameHeaders || f.header(":status") != "200" {
+		t.Fatalf("stream %d: got %v (code %v, status %q), want a 200", id, f.typ, f.code, f.header(":status"))
+	}
+}
+
+// wantEcho checks that stream id, served by echoHandler, still echoes.
+func wantEcho(t testing.TB, r *rawPeer, id uint32) {
+	t.Helper()
+	r.must(r.fr.WriteData(id, false, []byte("ping")))
+	f := r.want(func(f rawFrame) bool {
+		return f.typ == http2.FrameGoAway || f.stream == id && (f.typ == http2.FrameData || f.typ == http2.FrameRSTStream)
+	})
+	if f.typ != http2.FrameData || string(f.data) != "ping" {
+		t.Fatalf("stream %d: got %v (code %v) %q, want its echo", id, f.typ, f.code, f.data)
+	}
+}
+
+// TestResetStreamFreesSlot: a stream the client reset is closed (RFC 9113
+// §5.1) and stops counting against MAX_CONCURRENT_STREAMS at once, even
+// while the application still holds it, so a client that opens and resets
+// streams within the limit is never refused and its healthy stream lives.
+func TestResetStreamFreesSlot(t *testing.T) {
+	const limit = 2
+	r, _ := rawServer(t, &Server{Config: Config{MaxConcurrentStreams: limit}, Handler: heldHandler(t)})
+	r.handshakeClient()
+	r.connect(1, "mode", "echo")
+	wantAnswer(t, r, 1)
+	for i := range 3 * maxLocalResets / 2 {
+		id := uint32(3 + 2*i)
+		r.connect(id)
+		wantAnswer(t, r, id)
+		r.must(r.fr.WriteRSTStream(id, http2.ErrCodeCancel))
+	}
+	wantEcho(t, r, 1)
+}
+
+// TestRefusalsAreNotAbuse: streams refused because the client went over
+// MAX_CONCURRENT_STREAMS do not count as protocol errors: past the
+// protocol-error limit the connection and its healthy stream live on.
+func TestRefusalsAreNotAbuse(t *testing.T) {
+	r, _ := rawServer(t, &Server{Config: Config{MaxConcurrentStreams: 1}, Handler: heldHandler(t)})
+	r.handshakeClient()
+	r.connect(1, "mode", "echo")
+	wantAnswer(t, r, 1)
+	for i := range 3 * maxLocalResets / 2 {
+		id := uint32(3 + 2*i)
+		r.connect(id)
+		r.wantRST(id, http2.ErrCodeRefusedStream)
+	}
+	wantEcho(t, r, 1)
+}
+
+// TestPoolRefusedTriesAnotherConn: a stream the server refused is retried on
+// another connection, not on the one that refused it.
+func TestPoolRefusedTriesAnotherConn(t *testing.T) {
+	refusing, r1 := rawServerPeer(t, Config{})
+	accepting, r2 := rawServerPeer(t, Config{})
+	answer := func(r *rawPeer, reply func(id uint32)) *atomic.Int32 {
+		var n atomic.Int32
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for f := range r.frames {
+				if f.typ == http2.FrameHeaders {
+					n.Add(1)
+					reply(f.stream)
+				}
+			}
+		}()
+		t.Cleanup(func() {
+			r.c.Close()
+			<-done
+		})
+		return &n
+	}
+	refused := answer(r1, func(id uint32) { r1.fr.WriteRSTStream(id, http2.ErrCodeRefusedStream) })
+	answer(r2, func(id uint32) { r2.headers(id, false, ":status", "200") })
+	var dials atomic.Int32
+	pool := NewPool(PoolConfig{Dial: func(ctx context.Context, key Key) (*ClientConn, error) {
+		if dials.Add(1) == 1 {
+			return refusing, nil
+		}
+		return accepting, nil
+	}})
+	defer pool.Close()
+	s, err := pool.Connect(t.Context(), Key{}, "a:1", nil)
+	if err != nil {
+		t.Fatalf("Connect = %v after %d requests on the refusing connection", err, refused.Load())
+	}
+	s.Close()
+	if n := refused.Load(); n != 1 {
+		t.Errorf("the refusing connection got %d requests, want 1", n)
+	}
 }

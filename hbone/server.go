@@ -204,7 +204,9 @@ func (c *conn) serverHeaders(id uint32, end bool) error {
 		// Above the GOAWAY's last stream id: unprocessed, retry elsewhere.
 		return c.refuseStream(id)
 	case full:
-		return c.streamError(id, http2.ErrCodeRefusedStream)
+		// RFC 9113 §5.1.2. Not a protocol error we count: a client may
+		// open streams before it has our SETTINGS.
+		return c.refuseStream(id)
 	case c.hblock.truncated:
 		// 431 and a reset, like x/net's server, counted as a local reset.
 		if err := c.countLocalReset(); err != nil {
@@ -218,8 +220,7 @@ func (c *conn) serverHeaders(id uint32, end bool) error {
 		c.log.Debug("hbone: malformed request", "remote", c.nc.RemoteAddr(), "stream", id, "reason", reason)
 		return c.streamError(id, http2.ErrCodeProtocol)
 	}
-	c.openServerStream(id, end)
-	return nil
+	return c.openServerStream(id, end)
 }
 
 // refuseStream resets stream id with REFUSED_STREAM: we did not process it,
@@ -259,7 +260,16 @@ func (c *conn) requestProblem() string {
 	return ""
 }
 
-func (c *conn) openServerStream(id uint32, end bool) {
+// openServerStream opens stream id for the request in c.hblock and runs its
+// handler, or queues it while MaxConcurrentStreams handlers run.
+//
+// A stream reset by the client stops counting toward MaxConcurrentStreams at
+// once (RFC 9113 §5.1: it is closed), but its handler may run on (dialing an
+// upstream). So handlers are bounded on their own, as x/net's server does
+// since CVE-2023-44487: a rapid-reset peer queues streams rather than
+// starting handlers, and past maxQueuedHandlers queued streams the
+// connection ends.
+func (c *conn) openServerStream(id uint32, end bool) error {
 	h := &c.hblock
 	ss := &ServerStream{method: h.pseudo.method, authority: h.pseudo.authority}
 	s := &ss.stream
@@ -272,19 +282,65 @@ func (c *conn) openServerStream(id uint32, end bool) {
 	c.mu.Lock()
 	if c.err != nil {
 		c.mu.Unlock()
-		return
+		return nil
+	}
+	if c.runningHandlers >= int(c.cfg.maxStreams) && len(c.unstarted) >= c.maxQueuedHandlers() {
+		c.mu.Unlock()
+		return calm("too many streams waiting for a handler")
 	}
 	s.sendWin = c.peerInitWin
 	c.streams[id] = s
 	c.active++
+	start := c.runningHandlers < int(c.cfg.maxStreams)
+	if start {
+		c.runningHandlers++
+		c.handlers.Add(1)
+	} else {
+		c.unstarted = append(c.unstarted, ss)
+	}
 	c.mu.Unlock()
-	c.handlers.Add(1)
-	go c.runHandler(ss)
+	if start {
+		go c.runHandler(ss)
+	}
+	return nil
+}
+
+// maxQueuedHandlers bounds the streams waiting for a handler (x/net's
+// server allows four times its stream limit).
+func (c *conn) maxQueuedHandlers() int { return 4 * int(c.cfg.maxStreams) }
+
+// handlerDone accounts a handler that returned and starts the queued ones
+// now allowed to run. Streams closed (reset) while queued are dropped: their
+// handlers never run.
+func (c *conn) handlerDone() {
+	var next []*ServerStream
+	c.mu.Lock()
+	c.runningHandlers--
+	i := 0
+	for ; i < len(c.unstarted) && c.runningHandlers < int(c.cfg.maxStreams); i++ {
+		ss := c.unstarted[i]
+		c.unstarted[i] = nil
+		if c.err != nil || c.streams[ss.id] != &ss.stream {
+			continue
+		}
+		c.runningHandlers++
+		c.handlers.Add(1)
+		next = append(next, ss)
+	}
+	c.unstarted = c.unstarted[i:]
+	if len(c.unstarted) == 0 {
+		c.unstarted = nil // do not pin a burst's backing array
+	}
+	c.mu.Unlock()
+	for _, ss := range next {
+		go c.runHandler(ss)
+	}
 }
 
 // runHandler runs the Handler for one stream.
 func (c *conn) runHandler(ss *ServerStream) {
 	defer c.handlers.Done()
+	defer c.handlerDone()
 	defer func() {
 		if r := recover(); r != nil {
 			c.log.Error("hbone: handler panic", "remote", c.nc.RemoteAddr(), "panic", r, "stack", string(debug.Stack()))

@@ -490,23 +490,20 @@ func (s *stream) refuse() {
 }
 
 // streamUpdate removes s from the connection's map once its protocol state
-// is closed, and releases its concurrency slot when it no longer counts:
-//   - client: when the stream is closed or the application closed it;
-//   - server: when the handler is done with it (Close, or a non-200 answer)
-//     or both directions ended. A stream the peer reset keeps its slot until
-//     the handler lets go, so a rapid-reset peer cannot run more handlers than
-//     MaxConcurrentStreams (CVE-2023-44487).
+// is closed, and releases its concurrency slot when it no longer counts: when
+// the stream is closed (both directions ended, or reset either way: RFC 9113
+// §5.1.2 counts only open and half-closed streams), when the application
+// closed it, or, on a server, when the handler answered with a non-200 or
+// gave up. The peer and we then agree on the count, so a client within the
+// limit is never refused. Handlers that run on after a reset are bounded
+// separately (openServerStream).
 func (c *conn) streamUpdate(s *stream) {
 	s.mu.Lock()
 	f := s.flags
 	both := f&(fLocalEnded|fRemoteEnded) == fLocalEnded|fRemoteEnded
 	protoDone := both || f&(fResetSent|fResetRecv) != 0
 	remove := protoDone && f&fRemoved == 0
-	release := protoDone || f&fClosed != 0
-	if c.server {
-		release = both || f&(fClosed|fHandlerDone) != 0
-	}
-	release = release && f&fReleased == 0
+	release := (protoDone || f&(fClosed|fHandlerDone) != 0) && f&fReleased == 0
 	if remove {
 		s.flags |= fRemoved
 	}
