@@ -33,6 +33,10 @@ func InNetns(path string, fn func() error) error {
 // If the thread cannot be moved back it is not reused: the goroutine exits
 // still locked, and the Go runtime then ends the thread. A panic in fn is
 // re-raised on the calling goroutine after the thread is restored.
+//
+// Each time fn blocks, its locked thread sleeps and another takes over
+// (and back when fn may go on), so fn should not wait: DialInNetns makes a
+// socket inside and waits for its connect outside.
 func InNetnsFD(nsfd int, fn func() error) error {
 	done := make(chan netnsResult, 1)
 	go runInNetns(nsfd, fn, done)

@@ -136,6 +136,35 @@ func acceptOne(ln net.Listener) <-chan net.Conn {
 	return ch
 }
 
+// listen makes a TCP listener on addr inside ns, closed when t ends.
+func (ns netns) listen(t testing.TB, addr string) net.Listener {
+	t.Helper()
+	var ln net.Listener
+	ns.in(t, func() (err error) {
+		ln, err = net.Listen("tcp", addr)
+		return err
+	})
+	t.Cleanup(func() { ln.Close() })
+	return ln
+}
+
+// checkEcho echoes from s, the accepted end of c, and checks that msg
+// written on c comes back before EOF.
+func checkEcho(t *testing.T, c *net.TCPConn, s net.Conn, msg string) {
+	t.Helper()
+	go func() {
+		io.Copy(s, s)
+		s.Close()
+	}()
+	if _, err := c.Write([]byte(msg)); err != nil {
+		t.Fatal(err)
+	}
+	c.CloseWrite()
+	if got, err := io.ReadAll(c); err != nil || string(got) != msg {
+		t.Errorf("echo = %q, %v; want %q", got, err, msg)
+	}
+}
+
 // TestOriginalDstRedirected redirects connections with iptables/ip6tables
 // nat REDIRECT rules, as istio-cni does for the outbound port (SPEC §1.3),
 // and checks that OriginalDst recovers the destination before NAT: for IPv4
@@ -258,12 +287,7 @@ func TestDialerSpoofsSource(t *testing.T) {
 	proxy, server := newSpoofPair(t)
 
 	spoofed := netip.MustParseAddr("10.99.0.5")
-	var ln net.Listener
-	server.in(t, func() (err error) {
-		ln, err = net.Listen("tcp4", "10.99.2.2:0")
-		return err
-	})
-	defer ln.Close()
+	ln := server.listen(t, "10.99.2.2:0")
 	accepted := acceptOne(ln)
 
 	var c net.Conn
@@ -288,18 +312,7 @@ func TestDialerSpoofsSource(t *testing.T) {
 		t.Errorf("server sees source %v, want the spoofed %v", got, spoofed)
 	}
 	// Bytes flow both ways over the spoofed connection.
-	go func() {
-		io.Copy(s, s)
-		s.Close()
-	}()
-	msg := []byte("spoofed hello")
-	if _, err := c.Write(msg); err != nil {
-		t.Fatal(err)
-	}
-	c.(*net.TCPConn).CloseWrite()
-	if got, err := io.ReadAll(c); err != nil || string(got) != string(msg) {
-		t.Errorf("echo over spoofed connection = %q, %v; want %q", got, err, msg)
-	}
+	checkEcho(t, c.(*net.TCPConn), s, "spoofed hello")
 }
 
 // TestInNetns checks that fn runs in the namespace, the caller's namespace
@@ -347,6 +360,35 @@ func TestInNetns(t *testing.T) {
 	if got := netnsInode(t); got != outside {
 		t.Errorf("caller's netns changed from %d to %d after a panic", outside, got)
 	}
+}
+
+// checkAllThreads checks that every thread of the process is in the netns
+// with inode want.
+func checkAllThreads(t *testing.T, want uint64) {
+	t.Helper()
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, task := range tasks {
+		var st unix.Stat_t
+		if err := unix.Stat("/proc/self/task/"+task.Name()+"/ns/net", &st); err != nil {
+			continue // the thread exited meanwhile
+		}
+		if st.Ino != want {
+			t.Errorf("thread %s is in netns %d, want %d", task.Name(), st.Ino, want)
+		}
+	}
+}
+
+// statIno returns the inode of the file at path.
+func statIno(t *testing.T, path string) uint64 {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Ino
 }
 
 // netnsInode returns the inode of the calling thread's network namespace.

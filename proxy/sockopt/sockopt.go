@@ -5,7 +5,8 @@
 // (IP_TRANSPARENT, IP_FREEBIND), SO_REUSEPORT for upgrade hand-off and
 // SO_MARK so the redirection rules skip the proxy's own packets (SPEC §1.3,
 // §2.5, §3.1). InNetns runs code inside another network namespace, which is
-// how in-pod listeners and upstream sockets are made.
+// how in-pod listeners and upstream sockets are made, and DialInNetns dials
+// from inside one without waiting there.
 //
 // Everything here is Linux-only; on other systems the functions return an
 // error wrapping errors.ErrUnsupported (sockopt_other.go) so the package

@@ -3,6 +3,7 @@
 package sockopt
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -75,3 +76,9 @@ func InNetns(path string, fn func() error) error { return errUnsupported }
 // InNetnsFD is Linux-only; elsewhere it returns an error wrapping
 // errors.ErrUnsupported without calling fn.
 func InNetnsFD(nsfd int, fn func() error) error { return errUnsupported }
+
+// DialInNetns is Linux-only; elsewhere it returns an error wrapping
+// errors.ErrUnsupported without calling inNetns.
+func DialInNetns(ctx context.Context, inNetns func(fn func() error) error, d *net.Dialer, addr netip.AddrPort) (*net.TCPConn, error) {
+	return nil, errUnsupported
+}

@@ -1,0 +1,301 @@
+package sockopt_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gozt/gozt/proxy/sockopt"
+)
+
+// inNetnsFunc returns ns's InNetns as the function DialInNetns takes.
+func (ns netns) inNetnsFunc() func(fn func() error) error {
+	return func(fn func() error) error { return sockopt.InNetns(ns.path, fn) }
+}
+
+// socketNetns returns the inode of the network namespace socket c belongs
+// to (SIOCGSKNS).
+func socketNetns(t *testing.T, c syscall.Conn) uint64 {
+	t.Helper()
+	ino, err := socketNetnsIno(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ino
+}
+
+func socketNetnsIno(c syscall.Conn) (uint64, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var ino uint64
+	var opErr error
+	err = rc.Control(func(fd uintptr) {
+		nsfd, err := unix.IoctlRetInt(int(fd), unix.SIOCGSKNS)
+		if err != nil {
+			opErr = fmt.Errorf("SIOCGSKNS: %w", err)
+			return
+		}
+		defer unix.Close(nsfd)
+		var st unix.Stat_t
+		if opErr = unix.Fstat(nsfd, &st); opErr == nil {
+			ino = st.Ino
+		}
+	})
+	return ino, errors.Join(err, opErr)
+}
+
+// sockoptInt reads an integer socket option of c.
+func sockoptInt(t *testing.T, c syscall.Conn, level, opt int) int {
+	t.Helper()
+	var v int
+	var err error
+	control(t, c, func(fd int) { v, err = unix.GetsockoptInt(fd, level, opt) })
+	if err != nil {
+		t.Fatalf("getsockopt(%d, %d): %v", level, opt, err)
+	}
+	return v
+}
+
+func control(t *testing.T, c syscall.Conn, fn func(fd int)) {
+	t.Helper()
+	rc, err := c.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.Control(func(fd uintptr) { fn(int(fd)) }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDialInNetns dials with a spoofing Dialer from the proxy netns of
+// newSpoofPair while the test's own goroutine stays in the host netns: the
+// socket is the proxy netns's, the Dialer's options and source took effect
+// there (IsLocal was asked in the right namespace), TCP_NODELAY and the
+// keep-alive are set as net.Dialer sets them, and bytes flow both ways.
+func TestDialInNetns(t *testing.T) {
+	requireRoot(t, "ip", "iptables")
+	proxy, server := newSpoofPair(t)
+	host := netnsInode(t)
+	proxyIno := statIno(t, proxy.path)
+
+	ln := server.listen(t, "10.99.2.2:0")
+	accepted := acceptOne(ln)
+
+	spoofed := netip.MustParseAddr("10.99.0.5")
+	ka := net.KeepAliveConfig{Enable: true, Idle: 170 * time.Second, Interval: 160 * time.Second, Count: 7}
+	d := sockopt.Dialer(spoofed, sockopt.Options{Mark: spoofMark, KeepAlive: ka})
+	dst := ln.Addr().(*net.TCPAddr).AddrPort()
+	c, err := sockopt.DialInNetns(t.Context(), proxy.inNetnsFunc(), d, dst)
+	if err != nil {
+		t.Fatalf("DialInNetns: %v", err)
+	}
+	defer c.Close()
+	s := <-accepted
+	if s == nil {
+		t.Fatal("accept failed")
+	}
+	defer s.Close()
+
+	if got := netnsInode(t); got != host {
+		t.Errorf("caller's netns changed from %d to %d", host, got)
+	}
+	if got := socketNetns(t, c); got != proxyIno {
+		t.Errorf("socket is in netns %d, want the proxy's %d", got, proxyIno)
+	}
+	if got := s.RemoteAddr().(*net.TCPAddr).AddrPort().Addr(); got != spoofed {
+		t.Errorf("server sees source %v, want the spoofed %v", got, spoofed)
+	}
+	if got := c.LocalAddr().(*net.TCPAddr).AddrPort().Addr(); got != spoofed {
+		t.Errorf("LocalAddr = %v, want %v", c.LocalAddr(), spoofed)
+	}
+	if got := c.RemoteAddr().(*net.TCPAddr).AddrPort(); got != dst {
+		t.Errorf("RemoteAddr = %v, want %v", got, dst)
+	}
+	for _, o := range []struct {
+		name       string
+		level, opt int
+		want       int
+	}{
+		{"SO_MARK", unix.SOL_SOCKET, unix.SO_MARK, spoofMark},
+		{"TCP_NODELAY", unix.IPPROTO_TCP, unix.TCP_NODELAY, 1},
+		{"SO_KEEPALIVE", unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1},
+		{"TCP_KEEPIDLE", unix.IPPROTO_TCP, unix.TCP_KEEPIDLE, 170},
+		{"TCP_KEEPINTVL", unix.IPPROTO_TCP, unix.TCP_KEEPINTVL, 160},
+		{"TCP_KEEPCNT", unix.IPPROTO_TCP, unix.TCP_KEEPCNT, 7},
+	} {
+		if got := sockoptInt(t, c, o.level, o.opt); got != o.want {
+			t.Errorf("%s = %d, want %d", o.name, got, o.want)
+		}
+	}
+	checkEcho(t, c, s, "hello from the proxy netns")
+}
+
+// TestDialInNetnsLoopback dials listeners on the loopback of a netns, which
+// the host cannot reach, over IPv4 and IPv6, with a plain net.Dialer
+// (keep-alive off) and a source port bound by LocalAddr.
+func TestDialInNetnsLoopback(t *testing.T) {
+	requireRoot(t, "ip")
+	ns := newNetns(t)
+	for _, addr := range []string{"127.0.0.1:0", "[::1]:0"} {
+		t.Run(addr, func(t *testing.T) {
+			ln := ns.listen(t, addr)
+			accepted := acceptOne(ln)
+			dst := ln.Addr().(*net.TCPAddr).AddrPort()
+			d := &net.Dialer{KeepAlive: -1, LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(dst.Addr(), 0))}
+			c, err := sockopt.DialInNetns(t.Context(), ns.inNetnsFunc(), d, dst)
+			if err != nil {
+				t.Fatalf("DialInNetns(%v): %v", dst, err)
+			}
+			defer c.Close()
+			if s := <-accepted; s != nil {
+				s.Close()
+			} else {
+				t.Error("accept failed")
+			}
+			if got := sockoptInt(t, c, unix.SOL_SOCKET, unix.SO_KEEPALIVE); got != 0 {
+				t.Errorf("SO_KEEPALIVE = %d with KeepAlive -1, want 0", got)
+			}
+		})
+	}
+}
+
+// TestDialInNetnsErrors checks that failures come back as net.Dialer's
+// would: *net.OpError wrapping the errno (the proxy tells a bind failure
+// from others by it), timeouts that report Timeout, cancellation, and the
+// error of inNetns itself.
+func TestDialInNetnsErrors(t *testing.T) {
+	requireRoot(t, "ip")
+	ns := newNetns(t)
+	// Packets to 10.99.3.2 go out on a veth, to a MAC address nobody has,
+	// and vanish: a connect there waits until it is stopped.
+	ifc, _ := link(t, ns, []string{"10.99.3.1/24"}, newNetns(t), nil)
+	run(t, "ip", "-n", ns.name, "neigh", "add", "10.99.3.2", "lladdr", "02:00:00:00:00:99", "dev", ifc, "nud", "permanent")
+	blackhole := netip.MustParseAddrPort("10.99.3.2:80")
+	refused := netip.MustParseAddrPort("127.0.0.1:1")
+	errInNetns := errors.New("no such pod")
+
+	cancelled, cancel := context.WithCancel(t.Context())
+	cancel()
+	tests := []struct {
+		name    string
+		ctx     func() (context.Context, context.CancelFunc)
+		d       *net.Dialer
+		inNetns func(fn func() error) error
+		dst     netip.AddrPort
+		check   func(error) bool
+	}{
+		{"refused", nil, &net.Dialer{}, nil, refused,
+			func(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }},
+		{"source not local", nil, &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(10, 1, 2, 3)}}, nil, refused,
+			func(err error) bool { return errors.Is(err, syscall.EADDRNOTAVAIL) }},
+		{"context deadline", func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(t.Context(), 100*time.Millisecond)
+		}, &net.Dialer{}, nil, blackhole, isTimeout},
+		{"dialer timeout", nil, &net.Dialer{Timeout: 100 * time.Millisecond}, nil, blackhole, isTimeout},
+		{"cancelled while connecting", func() (context.Context, context.CancelFunc) {
+			ctx, cancel := context.WithCancel(t.Context())
+			time.AfterFunc(100*time.Millisecond, cancel)
+			return ctx, cancel
+		}, &net.Dialer{}, nil, blackhole, func(err error) bool { return errors.Is(err, context.Canceled) }},
+		{"cancelled before", func() (context.Context, context.CancelFunc) { return cancelled, func() {} },
+			&net.Dialer{}, func(func() error) error { panic("inNetns called with a cancelled context") }, refused,
+			func(err error) bool { return errors.Is(err, context.Canceled) }},
+		{"inNetns fails", nil, &net.Dialer{}, func(func() error) error { return errInNetns }, refused,
+			func(err error) bool { return errors.Is(err, errInNetns) }},
+		{"control fails", nil, &net.Dialer{Control: func(string, string, syscall.RawConn) error { return errInNetns }}, nil, refused,
+			func(err error) bool { return errors.Is(err, errInNetns) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(t.Context())
+			if tt.ctx != nil {
+				ctx, cancel = tt.ctx()
+			}
+			defer cancel()
+			in := tt.inNetns
+			if in == nil {
+				in = ns.inNetnsFunc()
+			}
+			start := time.Now()
+			c, err := sockopt.DialInNetns(ctx, in, tt.d, tt.dst)
+			if err == nil {
+				c.Close()
+				t.Fatalf("DialInNetns(%v) succeeded, want an error", tt.dst)
+			}
+			if el := time.Since(start); el > 5*time.Second {
+				t.Errorf("DialInNetns took %v", el)
+			}
+			var oe *net.OpError
+			if !errors.As(err, &oe) || oe.Op != "dial" || oe.Addr.String() != tt.dst.String() {
+				t.Errorf("error %v (%T) is not a dial *net.OpError for %v", err, err, tt.dst)
+			}
+			if !tt.check(err) {
+				t.Errorf("DialInNetns error = %v (%#v), not the expected kind", err, errors.Unwrap(err))
+			}
+		})
+	}
+}
+
+// isTimeout reports whether err is a dial timeout as net.Dialer reports it.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout() && errors.Is(err, os.ErrDeadlineExceeded) && errors.Is(err, context.DeadlineExceeded)
+}
+
+// TestDialInNetnsConcurrent dials from many goroutines at once; every
+// socket lands in the namespace and afterwards no thread of the process is
+// left in it.
+func TestDialInNetnsConcurrent(t *testing.T) {
+	requireRoot(t, "ip")
+	ns := newNetns(t)
+	want := statIno(t, ns.path)
+	ln := ns.listen(t, "127.0.0.1:0")
+	var srv sync.WaitGroup
+	srv.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	})
+	defer srv.Wait()
+	defer ln.Close()
+
+	dst := ln.Addr().(*net.TCPAddr).AddrPort()
+	var wg sync.WaitGroup
+	errs := make(chan error, 32*8)
+	for range 32 {
+		wg.Go(func() {
+			for range 8 {
+				c, err := sockopt.DialInNetns(t.Context(), ns.inNetnsFunc(), &net.Dialer{}, dst)
+				if err != nil {
+					errs <- err
+					continue
+				}
+				if got, err := socketNetnsIno(c); err != nil || got != want {
+					errs <- fmt.Errorf("socket in netns %d (%v), want %d", got, err, want)
+				}
+				c.Close()
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	checkAllThreads(t, netnsInode(t))
+}
