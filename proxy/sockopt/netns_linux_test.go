@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -362,6 +363,72 @@ func TestInNetns(t *testing.T) {
 	}
 }
 
+// TestInNetnsFDHome checks HomeNetns, which must name the process's own
+// namespace even when asked from a thread inside another, and
+// InNetnsFDHome, which must run fn in the namespace, return its error and
+// panic, and leave every thread of the process at home.
+func TestInNetnsFDHome(t *testing.T) {
+	requireRoot(t, "ip")
+	ns := newNetns(t)
+	outside := netnsInode(t)
+	nsFile, err := os.Open(ns.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nsFile.Close()
+	home, err := sockopt.HomeNetns()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer home.Close()
+	if got := fileInode(t, home); got != outside {
+		t.Errorf("HomeNetns is netns %d, want the process's %d", got, outside)
+	}
+	var fromInside *os.File
+	ns.in(t, func() (err error) {
+		fromInside, err = sockopt.HomeNetns()
+		return err
+	})
+	defer fromInside.Close()
+	if got := fileInode(t, fromInside); got != outside {
+		t.Errorf("HomeNetns asked from inside a netns is netns %d, want the process's %d", got, outside)
+	}
+
+	nsfd, homefd := int(nsFile.Fd()), int(home.Fd())
+	var inside uint64
+	var ln net.Listener
+	err = sockopt.InNetnsFDHome(nsfd, homefd, func() (err error) {
+		inside = netnsInode(t)
+		ln, err = net.Listen("tcp4", "127.0.0.1:0")
+		return err
+	})
+	if err != nil {
+		t.Fatalf("InNetnsFDHome: %v", err)
+	}
+	defer ln.Close()
+	if want := fileInode(t, nsFile); inside != want {
+		t.Errorf("fn ran in netns %d, want %d", inside, want)
+	}
+	if c, err := net.Dial("tcp4", ln.Addr().String()); err == nil {
+		c.Close()
+		t.Errorf("dialed %v from outside the namespace; the listener was not made inside it", ln.Addr())
+	}
+	errFn := errors.New("fn failed")
+	if err := sockopt.InNetnsFDHome(nsfd, homefd, func() error { return errFn }); !errors.Is(err, errFn) {
+		t.Errorf("InNetnsFDHome error = %v, want fn's %v", err, errFn)
+	}
+	func() {
+		defer func() {
+			if v := recover(); v != "boom" {
+				t.Errorf("recovered %v, want fn's panic value", v)
+			}
+		}()
+		sockopt.InNetnsFDHome(nsfd, homefd, func() error { panic("boom") })
+		t.Error("InNetnsFDHome returned after fn panicked")
+	}()
+	checkAllThreads(t, outside)
+}
+
 // checkAllThreads checks that every thread of the process is in the netns
 // with inode want.
 func checkAllThreads(t *testing.T, want uint64) {
@@ -389,6 +456,16 @@ func statIno(t *testing.T, path string) uint64 {
 		t.Fatal(err)
 	}
 	return st.Ino
+}
+
+// fileInode returns the inode of an open file.
+func fileInode(t *testing.T, f *os.File) uint64 {
+	t.Helper()
+	fi, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Sys().(*syscall.Stat_t).Ino
 }
 
 // netnsInode returns the inode of the calling thread's network namespace.

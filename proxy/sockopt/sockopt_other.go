@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"syscall"
 )
 
@@ -76,6 +77,14 @@ func InNetns(path string, fn func() error) error { return errUnsupported }
 // InNetnsFD is Linux-only; elsewhere it returns an error wrapping
 // errors.ErrUnsupported without calling fn.
 func InNetnsFD(nsfd int, fn func() error) error { return errUnsupported }
+
+// InNetnsFDHome is Linux-only; elsewhere it returns an error wrapping
+// errors.ErrUnsupported without calling fn.
+func InNetnsFDHome(nsfd, homefd int, fn func() error) error { return errUnsupported }
+
+// HomeNetns is Linux-only; elsewhere it returns an error wrapping
+// errors.ErrUnsupported.
+func HomeNetns() (*os.File, error) { return nil, errUnsupported }
 
 // DialInNetns is Linux-only; elsewhere it returns an error wrapping
 // errors.ErrUnsupported without calling inNetns.
