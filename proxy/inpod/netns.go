@@ -1,6 +1,9 @@
 package inpod
 
-import "os"
+import (
+	"errors"
+	"os"
+)
 
 // Netns is an open handle on a pod's network namespace: a file descriptor
 // received from istio-cni by SCM_RIGHTS, or one opened from a path. Two
@@ -11,6 +14,7 @@ import "os"
 // Run has returned.
 type Netns struct {
 	f     *os.File
+	home  *os.File // the process's own network namespace, which Run returns to
 	inode uint64
 	dev   uint64
 }
@@ -27,7 +31,12 @@ func (n *Netns) Same(o *Netns) bool {
 	return n.inode == o.inode && n.dev == o.dev
 }
 
-// Close closes the namespace file.
+// Close closes the namespace file and NewNetns's handle on the process's
+// own namespace.
 func (n *Netns) Close() error {
-	return n.f.Close()
+	err := n.f.Close()
+	if n.home != nil {
+		err = errors.Join(err, n.home.Close())
+	}
+	return err
 }

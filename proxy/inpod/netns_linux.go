@@ -32,21 +32,37 @@ func NewNetns(f *os.File) (*Netns, error) {
 		f.Close()
 		return nil, wrapErr(fmt.Errorf("stat netns %s: no inode", f.Name()))
 	}
-	return &Netns{f: f, inode: st.Ino, dev: st.Dev}, nil
+	home, err := sockopt.HomeNetns()
+	if err != nil {
+		f.Close()
+		return nil, wrapErr(err)
+	}
+	return &Netns{f: f, home: home, inode: st.Ino, dev: st.Dev}, nil
 }
 
 // Run calls fn on a thread inside the namespace and returns fn's error
-// (sockopt.InNetnsFD): sockets fn creates stay in the namespace, goroutines
-// it starts do not. It needs CAP_SYS_ADMIN.
+// (sockopt.InNetnsFDHome, returning the thread to the process's own
+// namespace as opened by NewNetns): sockets fn creates stay in the
+// namespace, goroutines it starts do not. It needs CAP_SYS_ADMIN.
 func (n *Netns) Run(fn func() error) error {
 	rc, err := n.f.SyscallConn()
 	if err != nil {
 		return wrapErr(fmt.Errorf("netns fd: %w", err))
 	}
-	// Control holds a reference on the fd, so a concurrent Close cannot
-	// recycle the descriptor number under setns.
+	hc, err := n.home.SyscallConn()
+	if err != nil {
+		return wrapErr(fmt.Errorf("own netns fd: %w", err))
+	}
+	// Control holds a reference on each fd, so a concurrent Close cannot
+	// recycle a descriptor number under setns.
 	var runErr error
-	if err := rc.Control(func(fd uintptr) { runErr = sockopt.InNetnsFD(int(fd), fn) }); err != nil {
+	err = rc.Control(func(fd uintptr) {
+		herr := hc.Control(func(home uintptr) { runErr = sockopt.InNetnsFDHome(int(fd), int(home), fn) })
+		if herr != nil {
+			runErr = wrapErr(fmt.Errorf("own netns fd: %w", herr))
+		}
+	})
+	if err != nil {
 		return wrapErr(fmt.Errorf("netns fd: %w", err))
 	}
 	return runErr
