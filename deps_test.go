@@ -36,7 +36,7 @@ var allowed = map[string][]string{
 	"deploy/image":              {},
 	"proxy": {"proxy/state", "proxy/relay", "proxy/sockopt", "proxy/connmgr", "proxy/dns",
 		"proxy/inpod", "hbone", "rbac", "certs", "certs/identity"},
-	"bench": {"proxy", "proxy/state", "proxy/relay", "proxy/sockopt", "hbone", "rbac",
+	"bench": {"proxy", "proxy/state", "proxy/relay", "proxy/sockopt", "proxy/inpod", "hbone", "rbac",
 		"certs", "certs/identity", "certs/localca", "xds", "xds/xdsserver"},
 	"tools":  {},
 	"istiod": {},

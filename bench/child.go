@@ -40,10 +40,13 @@ const (
 )
 
 // startRole runs `exe bench --role role args...` and waits for its ready
-// line.
-func startRole(ctx context.Context, exe, role string, args []string) (*child, error) {
+// line. setup, if non-nil, adjusts the command before it starts.
+func startRole(ctx context.Context, exe, role string, args []string, setup func(*exec.Cmd)) (*child, error) {
 	cmd := exec.Command(exe, append([]string{"bench", "--role", role}, args...)...)
 	c := newChild(role, cmd)
+	if setup != nil {
+		setup(cmd)
+	}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, err

@@ -37,7 +37,9 @@
 // "bench" to Run). Roles: "gozt" (gozt's proxy.Proxy per workload, wired as
 // `gozt local` wires it, from a generated local config and a CA written to
 // a temporary directory; the outbound and inbound workloads run in separate
-// processes, as on two nodes), "xnet-out" and "xnet-in" (the x/net
+// processes, as on two nodes; with --netns PATH, in shared mode, every
+// socket made inside that network namespace through
+// proxy.Config.InNetns), "xnet-out" and "xnet-in" (the x/net
 // http2.Transport + http2.Server CONNECT pair with ztunnel's windows),
 // "relay" (a plain Go splice relay), "app" (the test server: echo, sink and
 // source over TCP and mutual TLS) and "xds" (xdsserver's fake istiod). HAProxy
@@ -48,6 +50,14 @@
 // x/net pair through SOCKS5, with the handshake pipelined into the first
 // write. Children get stdin closed, then SIGKILL after 5 s; they are in
 // their own process group and die with the harness (PR_SET_PDEATHSIG).
+//
+// The "shared" scenario (root only; skipped with a note otherwise) runs a
+// second gozt pair in shared (in-pod) mode beside the dedicated one: each
+// process starts in an empty network namespace of its own (CLONE_NEWNET,
+// gone with the process, so nothing is left to clean up) and is handed the
+// harness's namespace as its pod's, so that every listener and upstream
+// socket it makes goes through InNetns while the traffic takes the same
+// loopback path as in dedicated mode (shared.go).
 //
 // Only cmd/gozt imports bench.
 package bench

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -65,13 +66,18 @@ type env struct {
 
 // role starts a role process; label names it in errors and profiles.
 func (e *env) role(ctx context.Context, label, role string, args ...string) (*child, error) {
+	return e.roleWith(ctx, label, role, nil, args...)
+}
+
+// roleWith is role with a setup function for the command (see startRole).
+func (e *env) roleWith(ctx context.Context, label, role string, setup func(*exec.Cmd), args ...string) (*child, error) {
 	if e.opts.gomaxprocs > 0 {
 		args = append(args, "--gomaxprocs", strconv.Itoa(e.opts.gomaxprocs))
 	}
 	if e.opts.profileDir != "" && role != "app" {
 		args = append(args, "--cpuprofile", filepath.Join(e.opts.profileDir, e.scen+"-"+label+".pprof"))
 	}
-	c, err := startRole(ctx, e.exe, role, args)
+	c, err := startRole(ctx, e.exe, role, args, setup)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", label, err)
 	}

@@ -142,8 +142,8 @@ func TestMeshConfigAndPolicies(t *testing.T) {
 	m := map[string]any{}
 	r.stats(m)
 	r.close()
-	if m["workloads"] != 4 || m["policies"] != 100 {
-		t.Errorf("stats = %v, want 4 workloads and 100 policies", m)
+	if m["workloads"] != 6 || m["policies"] != 100 {
+		t.Errorf("stats = %v, want 6 workloads and 100 policies", m)
 	}
 	// Every policy applies to the namespace; only the last allows the client.
 	pols := benchPolicies(rbacNS, 100)

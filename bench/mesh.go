@@ -38,6 +38,11 @@ type plan struct {
 	relay   netip.Addr
 	haproxy netip.Addr
 	plain   netip.Addr // the test server outside the mesh (passthrough)
+
+	// The client and server workloads of the shared-mode proxies, which
+	// bind in the harness's network namespace beside the dedicated ones.
+	sharedClient netip.Addr
+	sharedServer netip.Addr
 }
 
 func newPlan(base string) (plan, error) {
@@ -48,6 +53,7 @@ func newPlan(base string) (plan, error) {
 	return plan{
 		base: base, client: ip(0, 2), server: ip(0, 3), rbacSrv: ip(0, 4),
 		xnetOut: ip(0, 5), xnetIn: ip(0, 6), relay: ip(0, 7), haproxy: ip(0, 8), plain: ip(0, 9), other: ip(0, 10),
+		sharedClient: ip(0, 11), sharedServer: ip(0, 12),
 	}, nil
 }
 
@@ -71,6 +77,11 @@ const (
 	rbacUID   = "bench-rbac/server"
 	rbacNS    = "bench-rbac"
 	otherUID  = "bench-other/server"
+
+	// The shared-mode workloads: the same identities as clientUID and
+	// serverUID, on addresses of their own.
+	sharedClientUID = "bench/client-shared"
+	sharedServerUID = "bench/server-shared"
 )
 
 // meshConfig is the local config (SPEC §5.5) every gozt process loads.
@@ -85,6 +96,8 @@ func (p plan) meshConfig() string {
 		{serverUID, "bench", "server", p.server},
 		{rbacUID, rbacNS, "server", p.rbacSrv},
 		{otherUID, "bench-other", "server", p.other},
+		{sharedClientUID, "bench", "client", p.sharedClient},
+		{sharedServerUID, "bench", "server", p.sharedServer},
 	} {
 		name := w.uid[strings.IndexByte(w.uid, '/')+1:]
 		fmt.Fprintf(&b, "- uid: %s\n  name: %s\n  namespace: %s\n  serviceAccount: %s\n  trustDomain: %s\n  workloadIps: [%s]\n  protocol: HBONE\n  node: bench\n",

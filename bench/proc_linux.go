@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -124,6 +125,48 @@ func cpuModel() string {
 // never does.)
 func isolate(cmd *exec.Cmd) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+}
+
+// ownNetns makes cmd start in a network namespace of its own
+// (CLONE_NEWNET), which holds only a loopback interface that is down: a
+// socket the process makes there reaches nothing. It needs CAP_SYS_ADMIN.
+func ownNetns(cmd *exec.Cmd) { cmd.SysProcAttr.Cloneflags |= syscall.CLONE_NEWNET }
+
+// netnsInode returns the inode of process pid's network namespace.
+func netnsInode(pid int) (uint64, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(fmt.Sprintf("/proc/%d/ns/net", pid), &st); err != nil {
+		return 0, err
+	}
+	return st.Ino, nil
+}
+
+// capSysAdmin is CAP_SYS_ADMIN's bit in /proc/<pid>/status CapEff.
+const capSysAdmin = 21
+
+// netnsUnavailable returns why this process cannot start children in
+// network namespaces of their own and let them enter its own (CAP_SYS_ADMIN
+// in its effective set, as root has), or nil.
+func netnsUnavailable() error {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return err
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		rest, ok := strings.CutPrefix(line, "CapEff:")
+		if !ok {
+			continue
+		}
+		caps, err := strconv.ParseUint(strings.TrimSpace(rest), 16, 64)
+		if err != nil {
+			return fmt.Errorf("parse /proc/self/status CapEff %q: %w", rest, err)
+		}
+		if caps&(1<<capSysAdmin) == 0 {
+			return errors.New("needs root (CAP_SYS_ADMIN, to run proxies in network namespaces)")
+		}
+		return nil
+	}
+	return errors.New("no CapEff in /proc/self/status")
 }
 
 // bindNoPort is a net.Dialer Control function that sets

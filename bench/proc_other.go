@@ -17,5 +17,8 @@ func cpuTimes() (idle, total uint64, err error) { return 0, 0, errNotLinux }
 func kernelRelease() string                     { return "unknown" }
 func cpuModel() string                          { return "" }
 func isolate(*exec.Cmd)                         {}
+func ownNetns(*exec.Cmd)                        {}
+func netnsInode(int) (uint64, error)            { return 0, errNotLinux }
+func netnsUnavailable() error                   { return errNotLinux }
 
 func bindNoPort(string, string, syscall.RawConn) error { return nil }

@@ -17,6 +17,7 @@ import (
 	"github.com/gozt/gozt/certs"
 	"github.com/gozt/gozt/certs/localca"
 	"github.com/gozt/gozt/proxy"
+	"github.com/gozt/gozt/proxy/inpod"
 	"github.com/gozt/gozt/proxy/state"
 	"github.com/gozt/gozt/rbac"
 	"github.com/gozt/gozt/xds"
@@ -28,10 +29,16 @@ import (
 // workload's IP), optionally fed by xDS as well. The harness runs the
 // outbound (client) and inbound (server) workloads in separate processes,
 // as two nodes would.
+//
+// With --netns the role runs in shared (in-pod) mode: every listener and
+// every upstream socket of its proxies is made inside that network
+// namespace through proxy.Config.InNetns, as `gozt proxy` does for the pods
+// istio-cni hands it (inpod.Netns.Run).
 type goztRole struct {
 	store   *state.Store
 	certs   *certs.Manager
 	proxies []*proxy.Proxy
+	netns   *inpod.Netns // the pod network namespace of --netns, or nil
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 	addrs   map[string]string
@@ -61,7 +68,7 @@ func (g *goztRole) command(_ context.Context, name string, args []string) (strin
 	return "", err
 }
 
-func startGozt(ctx context.Context, args []string) (role, error) {
+func startGozt(ctx context.Context, args []string) (_ role, err error) {
 	fs := flag.NewFlagSet("gozt", flag.ContinueOnError)
 	cfgPath := fs.String("config", "", "local config `FILE`")
 	caDir := fs.String("ca-dir", "", "CA directory")
@@ -71,11 +78,22 @@ func startGozt(ctx context.Context, args []string) (role, error) {
 	policyNS := fs.String("policy-ns", rbacNS, "namespace of the --policies")
 	xdsAddr := fs.String("xds", "", "xDS server `URL` (https://host:port); empty: none")
 	xdsCA := fs.String("xds-ca", "", "PEM `FILE` of the xDS server's certificate")
+	netns := fs.String("netns", "", "make every socket in the network namespace at `PATH` (shared mode); empty: the process's own")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
-	g := &goztRole{addrs: map[string]string{}}
-	var err error
+	runCtx, cancel := context.WithCancel(context.Background())
+	g := &goztRole{addrs: map[string]string{}, cancel: cancel}
+	defer func() {
+		if err != nil {
+			g.close()
+		}
+	}()
+	if *netns != "" {
+		if g.netns, err = inpod.OpenNetns(*netns); err != nil {
+			return nil, err
+		}
+	}
 	g.policies = benchPolicies(*policyNS, *policies)
 	if g.store, g.applied, err = loadStore(*cfgPath, g.policies); err != nil {
 		return nil, err
@@ -85,15 +103,11 @@ func startGozt(ctx context.Context, args []string) (role, error) {
 		return nil, err
 	}
 	g.certs = certs.NewManager(certs.ManagerConfig{Issuer: ca})
-	runCtx, cancel := context.WithCancel(context.Background())
-	g.cancel = cancel
 	if err := g.startProxies(ctx, strings.Split(*uids, ","), *poolMax); err != nil {
-		g.close()
 		return nil, err
 	}
 	if *xdsAddr != "" {
 		if err := g.startXDS(runCtx, *xdsAddr, *xdsCA); err != nil {
-			g.close()
 			return nil, err
 		}
 	}
@@ -147,7 +161,7 @@ func (g *goztRole) startProxies(ctx context.Context, uids []string, poolMax int)
 			return fmt.Errorf("workload %q not in the config", uid)
 		}
 		ip := w.Addresses[0]
-		p, err := proxy.New(proxy.Config{
+		cfg := proxy.Config{
 			WorkloadUID:    uid,
 			BindAddr:       ip,
 			OutboundSource: ip,
@@ -156,7 +170,11 @@ func (g *goztRole) startProxies(ctx context.Context, uids []string, poolMax int)
 			Metrics:        metrics,
 			EnableSOCKS5:   true,
 			PoolMaxStreams: poolMax,
-		})
+		}
+		if g.netns != nil {
+			cfg.InNetns = g.netns.Run
+		}
+		p, err := proxy.New(cfg)
 		if err != nil {
 			return err
 		}
@@ -214,5 +232,8 @@ func (g *goztRole) close() error {
 	wg.Wait()
 	g.cancel()
 	g.wg.Wait()
+	if g.netns != nil {
+		return g.netns.Close()
+	}
 	return nil
 }

@@ -212,7 +212,7 @@ func newEnv(ctx context.Context, opts options, stderr io.Writer) (_ *env, err er
 		return nil, err
 	}
 	var tcp []string
-	for _, a := range []netip.Addr{e.plan.server, e.plan.rbacSrv, e.plan.other, e.plan.plain} {
+	for _, a := range []netip.Addr{e.plan.server, e.plan.rbacSrv, e.plan.other, e.plan.plain, e.plan.sharedServer} {
 		tcp = append(tcp, ap(a, appPort).String())
 	}
 	e.app, err = e.role(ctx, "app", "app", "--tcp", strings.Join(tcp, ","), "--tls", ap(e.plan.server, appTLS).String(),

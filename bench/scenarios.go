@@ -26,6 +26,7 @@ func allScenarios() []scenario {
 		{"handshake", "new mTLS per request", "connect rate with the HBONE pool off (one mTLS handshake per request), vs bare TLS handshakes", runHandshake},
 		{"idle-memory", "idle memory", "memory per idle connection per proxy after one round trip each, vs the x/net pair", runIdleMemory},
 		{"rbac", "RBAC 10k policies", "connection round trip to a workload under 10,000 policies, vs one without", runRBAC},
+		{"shared", sharedTitle, "shared (in-pod) mode, root only: connect rate, HBONE throughput and idle memory with every socket made in a pod netns, vs dedicated mode", runShared},
 		{"xds-push", "xDS push", "xDS push of 100,000 workloads during traffic: apply time, size, longest stall of a live connection", runXDSPush},
 	}
 }
@@ -229,23 +230,34 @@ func runRoundTrip(ctx context.Context, e *env) ([]Result, error) {
 	return rs, nil
 }
 
-// rate is a connect-rate variant: connections per second, and proxy CPU
-// µs per connection if procs are given.
+// rate is a connect-rate variant: connections per second, and if procs
+// are given proxy CPU µs per connection, in all ("cpu") and in each
+// process ("cpu0", "cpu1", …).
 func (e *env) rate(name string, dial dialFunc, procs ...*child) variant {
 	return variant{name, func(ctx context.Context, warm bool) (map[string]float64, error) {
 		d := e.b.dur
 		if warm {
 			d = e.b.warmDur
 		}
-		cpu0 := cpuOf(procs...)
+		cpu0 := make([]time.Duration, len(procs))
+		for i, p := range procs {
+			cpu0[i] = cpuOf(p)
+		}
 		n, t, err := connectRate(ctx, dial, e.b.workers, d)
 		if err != nil {
 			return nil, err
 		}
 		m := map[string]float64{"rate": float64(n) / t.Seconds()}
-		if len(procs) > 0 && n > 0 {
-			m["cpu"] = float64((cpuOf(procs...)-cpu0)/time.Microsecond) / float64(n)
+		if len(procs) == 0 || n == 0 {
+			return m, nil
 		}
+		var sum time.Duration
+		for i, p := range procs {
+			used := cpuOf(p) - cpu0[i]
+			sum += used
+			m[fmt.Sprintf("cpu%d", i)] = float64(used/time.Microsecond) / float64(n)
+		}
+		m["cpu"] = float64(sum/time.Microsecond) / float64(n)
 		return m, nil
 	}}
 }
