@@ -141,6 +141,12 @@ func (p *Pool) Connect(ctx context.Context, key Key, authority string, h http.He
 func (p *Pool) retire(pc *pooledConn) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.dropLocked(pc)
+}
+
+// dropLocked takes pc out of the pool for good: it closes now if it has no
+// stream, and otherwise when its last one ends (connIdle).
+func (p *Pool) dropLocked(pc *pooledConn) {
 	if e := p.entries[pc.key]; e != nil {
 		p.removeLocked(e, pc)
 		if len(e.conns) == 0 && e.dialing == nil {
@@ -326,15 +332,7 @@ func (p *Pool) idleExpired(pc *pooledConn) {
 		pc.timer.Reset(p.cfg.IdleTimeout - d)
 		return
 	}
-	if e := p.entries[pc.key]; e != nil {
-		p.removeLocked(e, pc)
-		if len(e.conns) == 0 && e.dialing == nil {
-			delete(p.entries, pc.key)
-		}
-	}
-	if pc.cc.ActiveStreams() == 0 {
-		p.closeLocked(pc)
-	}
+	p.dropLocked(pc)
 }
 
 // closeLocked closes pc on a tracked goroutine (ClientConn.Close waits for
