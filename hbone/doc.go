@@ -52,7 +52,8 @@
 // END_STREAM makes Read return [io.EOF] after the buffered bytes. A reset with
 // NO_ERROR or CANCEL also reads as EOF; other reset codes surface as
 // [*ResetError]. Close resets the stream with CANCEL unless both directions
-// already ended.
+// already ended. AfterReset reports the peer's reset, which a relay needs
+// since a reset read as EOF also ends the write direction.
 //
 // # Concurrency and flow control
 //

@@ -60,6 +60,7 @@ type stream struct {
 	fields  []string   // set once: server: request fields; client: response fields (see fieldList)
 	status  int        // client: response status
 	push    *pushState // set once by PushTo, or nil
+	onReset func()     // AfterReset's f until the peer resets the stream, or nil
 }
 
 // deadlines holds a stream's read and write deadlines.
@@ -369,11 +370,35 @@ func (s *stream) resetRemote(code http2.ErrCode) {
 	}
 	s.wakeLocked()
 	run := s.pushReadyLocked()
+	onReset := s.onReset
+	s.onReset = nil
 	s.mu.Unlock()
 	if run {
 		s.pushOut(false)
 	}
 	s.c.streamUpdate(s)
+	if onReset != nil {
+		onReset()
+	}
+}
+
+// AfterReset arranges for f to be called once when the peer resets the
+// stream (RST_STREAM with any code), or at once, on the calling goroutine,
+// if it already has. A reset with NO_ERROR or CANCEL reads as EOF (SPEC
+// §2.2), but nothing written afterwards reaches the peer: a relay uses f to
+// stop waiting for bytes to send it. f is not called when the stream ends
+// otherwise or the connection fails (reads and writes report those). f runs
+// on the connection's reader, after the stream's state is updated, and must
+// not block. A later AfterReset replaces f.
+func (s *stream) AfterReset(f func()) {
+	s.mu.Lock()
+	if s.flags&fResetRecv != 0 {
+		s.mu.Unlock()
+		f()
+		return
+	}
+	s.onReset = f
+	s.mu.Unlock()
 }
 
 // connFailed records that the connection is gone.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 
@@ -216,5 +217,64 @@ func TestCopyInterfaces(t *testing.T) {
 	wait(t, w, "write")
 	if !bytes.Equal(got.Bytes(), want) {
 		t.Fatalf("got %d bytes, want %d (or content differs)", got.Len(), len(want))
+	}
+}
+
+// TestAfterReset: AfterReset's f runs once when the peer resets the stream,
+// here with CANCEL, which reads as EOF, or at once when it already has; a
+// stream that ends without a reset never runs it.
+func TestAfterReset(t *testing.T) {
+	calls := make(chan string, 4)
+	hooked := make(chan struct{})
+	p := newPair(t, func(s *ServerStream) {
+		s.Respond(http.StatusOK, nil)
+		defer s.Close()
+		mode := s.Header().Get("Mode")
+		s.AfterReset(func() {
+			calls <- mode + " before"
+			if mode == "reset" {
+				close(hooked)
+			}
+		})
+		io.Copy(io.Discard, s) // until EOF
+		if mode == "reset" {
+			<-hooked
+			s.AfterReset(func() { calls <- "reset after" })
+			return
+		}
+		s.CloseWrite()
+	}, pairOpts{})
+
+	s := p.connect(context.Background())
+	s.CloseWrite()
+	io.Copy(io.Discard, s)
+	s.Close() // both directions ended: no reset
+
+	s, err := p.cc.Connect(context.Background(), "10.0.0.1:8080", http.Header{"Mode": {"reset"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close() // RST_STREAM CANCEL
+	var got []string
+	for range 2 {
+		select {
+		case c := <-calls:
+			got = append(got, c)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("AfterReset calls %q, want two", got)
+		}
+	}
+	if want := []string{"reset before", "reset after"}; !slices.Equal(got, want) {
+		t.Errorf("AfterReset calls %q, want %q", got, want)
+	}
+	p.cc.Close()
+	select {
+	case err := <-p.served:
+		p.served <- err // for the cleanup
+	case <-time.After(10 * time.Second):
+		t.Fatal("ServeConn did not return")
+	}
+	if len(calls) > 0 {
+		t.Errorf("AfterReset ran for a stream that was not reset: %q", <-calls)
 	}
 }

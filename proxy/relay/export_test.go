@@ -82,6 +82,7 @@ func CopyWithCounters(a, b net.Conn, aToB, bToA *atomic.Int64) (Result, error) {
 //
 //go:noinline
 func (st *copyState) run() {
+	st.watchResets()
 	if pull := st.startPush(); pull != nil {
 		pull.run()
 	} else {

@@ -60,6 +60,7 @@ func (h *half) pushDone(err error) {
 	if err != nil {
 		h.p.fail(h, err)
 	}
+	h.markEnded()
 }
 
 // tcpSink is the destination a pushing source writes to: the TCP socket of

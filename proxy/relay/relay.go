@@ -36,7 +36,11 @@
 // peers see a reset rather than a clean end (TESTPLAN F11, F15, F16). Resets,
 // broken pipes and use of a closed connection are what peers and callers
 // normally cause at the end of a connection, so they end the copy without an
-// error (STYLE 18); any other failure is returned.
+// error (STYLE 18); any other failure is returned. A leg whose peer reset it
+// while its reads end cleanly (an HBONE stream reset with CANCEL reads as
+// EOF) can take nothing more, so the other leg is closed once what came
+// before the reset is delivered, instead of waiting on its application
+// (peerreset.go).
 package relay
 
 import (
@@ -47,6 +51,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 )
 
 // Result counts the bytes copied in each direction.
@@ -86,6 +91,9 @@ func (st *copyState) startPush() *half {
 // then closes what could not be half-closed.
 func (st *copyState) wait() {
 	st.pair.wg.Wait()
+	st.pair.mu.Lock()
+	st.pair.finished = true
+	st.pair.mu.Unlock()
 	st.pair.finish(&st.ab, &st.ba)
 }
 
@@ -115,9 +123,10 @@ type pair struct {
 	st      *copyState
 	started func(Result, error)
 
-	mu      sync.Mutex
-	aborted bool  // both conns have been closed after a failure
-	err     error // first failure that is reported to the caller, or nil
+	mu       sync.Mutex
+	aborted  bool  // both conns have been closed after a failure
+	finished bool  // both directions have ended
+	err      error // first failure that is reported to the caller, or nil
 }
 
 // fail records that direction h failed with err and aborts the pair: both
@@ -197,6 +206,12 @@ type half struct {
 	closeAtEnd bool  // src hit EOF but dst has no CloseWrite: close dst when the copy ends
 
 	sink *tcpSink // the destination of a pushing source, or nil (push.go)
+
+	// After a reset of src by its peer (peerreset.go); guarded by p.mu.
+	ended      bool        // h has ended
+	reset      bool        // src's peer reset it
+	dstClosed  bool        // dst was closed because of the reset
+	resetTimer *time.Timer // closes dst if h does not end in time, or nil
 }
 
 // init sets up a zero half as the direction from src to dst.
@@ -249,6 +264,7 @@ func (h *half) end(err error) {
 	if err != nil {
 		h.p.fail(h, err)
 	}
+	h.markEnded()
 }
 
 // errResetAtEOF reports a source that read EOF although its socket had been

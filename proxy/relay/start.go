@@ -23,7 +23,10 @@ import (
 // When either direction fails, both conns are closed, so the other direction
 // unblocks, and done gets the first failure, wrapped with the direction;
 // resets, broken pipes and use of a closed conn end the copy with a nil error.
-// Apart from these two cases Start does not close a or b: done does.
+// When a leg's peer resets it (an HBONE stream with AfterReset), the other
+// leg is closed once the bytes received before the reset are delivered, or
+// after half a second (peerreset.go). Apart from these cases Start does not
+// close a or b: done does.
 //
 // aToB and bToA, if non-nil, have the bytes of each direction added as they
 // are written, so a metrics reader can follow a long connection. On spliced
@@ -50,6 +53,7 @@ func Start(a, b net.Conn, aToB, bToA *atomic.Int64, done func(Result, error)) {
 
 // runStarted is the first goroutine of a Start.
 func (st *copyState) runStarted() {
+	st.watchResets()
 	pull := st.startPush()
 	if pull != nil {
 		if w := newReadWaiter(pull.src.(*net.TCPConn)); w != nil {
