@@ -79,7 +79,9 @@ func (s *Server) untrack(c *conn) {
 	s.serving.Done()
 }
 
-func (s *Server) snapshot() []*conn {
+// stopAccepting marks the server shut down, so ServeConn takes no new
+// connection, and returns the connections it is serving.
+func (s *Server) stopAccepting() []*conn {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.shutdown = true
@@ -96,7 +98,7 @@ func (s *Server) snapshot() []*conn {
 // closes everything still open and returns ctx's error. New ServeConn calls
 // fail with ErrServerClosed. Shutdown may be called more than once.
 func (s *Server) Shutdown(ctx context.Context) error {
-	for _, c := range s.snapshot() {
+	for _, c := range s.stopAccepting() {
 		c.goAway()
 	}
 	done := make(chan struct{})
@@ -117,7 +119,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // Close closes every connection now, without GOAWAY. It does not wait for
 // ServeConn calls to return.
 func (s *Server) Close() error {
-	for _, c := range s.snapshot() {
+	for _, c := range s.stopAccepting() {
 		c.fail(ErrServerClosed)
 	}
 	return nil

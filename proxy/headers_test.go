@@ -74,7 +74,7 @@ func FuzzParseAuthority(f *testing.F) {
 
 func TestBaggage(t *testing.T) {
 	w := &state.Workload{
-		Namespace: "demo", ClusterID: "c1", WorkloadName: "client", WorkloadType: state.Deployment,
+		Namespace: "demo", ClusterID: "c1", WorkloadName: "client", WorkloadType: state.WorkloadDeployment,
 		CanonicalName: "client", CanonicalRevision: "v1", Locality: state.Locality{Region: "r", Zone: "z"},
 	}
 	want := "k8s.cluster.name=c1,k8s.namespace.name=demo,k8s.deployment.name=client,service.name=client," +

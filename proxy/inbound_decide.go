@@ -184,7 +184,7 @@ func (q *connectQuery) isLocalWaypoint(gw *state.GatewayAddress) bool {
 func resolveHostname(snap *state.Snapshot, local *state.Workload, auth authority) (*state.Service, uint16) {
 	var svc *state.Service
 	for _, s := range snap.ServicesByHostname(auth.host) {
-		if s.Visibility == state.Namespace && s.Namespace != local.Namespace {
+		if s.Visibility == state.VisibilityNamespace && s.Namespace != local.Namespace {
 			continue
 		}
 		if svc == nil || s.Namespace == local.Namespace {

@@ -30,7 +30,7 @@ func newInboundStore(t *testing.T) *state.Snapshot {
 	wpByVIP := &state.GatewayAddress{Address: &state.NetworkAddress{Address: ip("10.96.0.10")}, HBONEMTLSPort: 15008}
 	wpByHost := &state.GatewayAddress{Hostname: &state.NamespacedHostname{Namespace: "ns", Hostname: wpHost}, HBONEMTLSPort: 15008}
 	workload := func(name, ns string, ips ...string) *state.Workload {
-		w := &state.Workload{UID: "c//Pod/" + ns + "/" + name, Name: name, Namespace: ns, ServiceAccount: name, Protocol: state.HBONE}
+		w := &state.Workload{UID: "c//Pod/" + ns + "/" + name, Name: name, Namespace: ns, ServiceAccount: name, Protocol: state.TunnelHBONE}
 		for _, s := range ips {
 			w.Addresses = append(w.Addresses, ip(s))
 		}
@@ -69,7 +69,7 @@ func newInboundStore(t *testing.T) *state.Snapshot {
 	svcWPHost.Waypoint, svcWPIP.Waypoint = wpByHost, wpByIP
 	hiddenX := service("hidden", "x", "hidden.example.com", "", state.PortMap{80: 5555})
 	hidden2X := service("hidden2", "x", "hidden2.example.com", "", state.PortMap{80: 5555})
-	hiddenX.Visibility, hidden2X.Visibility = state.Namespace, state.Namespace
+	hiddenX.Visibility, hidden2X.Visibility = state.VisibilityNamespace, state.VisibilityNamespace
 
 	st := state.NewStore(state.Config{})
 	var errs []error
@@ -337,7 +337,7 @@ func TestGuessService(t *testing.T) {
 	var errs []error
 	st.Update(func(b *state.Batch) {
 		errs = append(errs, b.InsertWorkload(&state.Workload{UID: "c//Pod/ns/server", Name: "server", Namespace: "ns",
-			Addresses: []netip.Addr{ip("10.0.0.2")}, Protocol: state.HBONE,
+			Addresses: []netip.Addr{ip("10.0.0.2")}, Protocol: state.TunnelHBONE,
 			Services: map[string]state.PortMap{"ns/a.ns": {80: 8080}, "ns/b.ns": {81: 8080}, "ns/c.ns": {82: 8080}, "ns/named.ns": {80: 0}, "other/x.other": {90: 9090}}}))
 		for _, s := range []*state.Service{
 			{Name: "a", Namespace: "ns", Hostname: "a.ns", Ports: state.PortMap{80: 8080}},

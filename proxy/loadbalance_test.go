@@ -13,7 +13,7 @@ import (
 // lbWorkload is a workload for the locality tables: network, region, zone.
 func lbWorkload(name, network, region, zone string, addrs ...netip.Addr) *state.Workload {
 	return &state.Workload{UID: "c//Pod/ns/" + name, Name: name, Namespace: "ns", Network: network,
-		Locality: state.Locality{Region: region, Zone: zone}, Addresses: addrs, Protocol: state.HBONE}
+		Locality: state.Locality{Region: region, Zone: zone}, Addresses: addrs, Protocol: state.TunnelHBONE}
 }
 
 // candidatesOf returns the endpoints pickEndpoint chooses for src over 400

@@ -105,7 +105,7 @@ func (r *router) direct(w *state.Workload, ip netip.Addr, port uint16, svc *stat
 		return route{}, fmt.Errorf("%w: workload %s has no usable address", errNoHealthyUpstream, w.UID)
 	}
 	rt := route{workload: w, service: svc}
-	if w.Protocol != state.HBONE {
+	if w.Protocol != state.TunnelHBONE {
 		rt.kind = routeTCP
 		rt.dial = netip.AddrPortFrom(ip, port)
 		return rt, nil

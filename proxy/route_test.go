@@ -20,19 +20,19 @@ func newRouteStore(t *testing.T) *state.Snapshot {
 	st.Update(func(b *state.Batch) {
 		add := func(err error) { errs = append(errs, err) }
 		add(b.InsertWorkload(&state.Workload{UID: "c//Pod/ns/client", Name: "client", Namespace: "ns",
-			ServiceAccount: "client", Addresses: []netip.Addr{ip("10.0.0.1")}, Protocol: state.HBONE}))
+			ServiceAccount: "client", Addresses: []netip.Addr{ip("10.0.0.1")}, Protocol: state.TunnelHBONE}))
 		add(b.InsertWorkload(&state.Workload{UID: "c//Pod/ns/server", Name: "server", Namespace: "ns",
-			ServiceAccount: "server", Addresses: []netip.Addr{ip("10.0.0.2")}, Protocol: state.HBONE,
+			ServiceAccount: "server", Addresses: []netip.Addr{ip("10.0.0.2")}, Protocol: state.TunnelHBONE,
 			Services: map[string]state.PortMap{"ns/svc.ns.svc.cluster.local": {80: 8080}}}))
 		add(b.InsertWorkload(&state.Workload{UID: "c//Pod/ns/legacy", Name: "legacy", Namespace: "ns",
-			Addresses: []netip.Addr{ip("10.0.0.3")}, Protocol: state.None}))
+			Addresses: []netip.Addr{ip("10.0.0.3")}, Protocol: state.TunnelNone}))
 		add(b.InsertWorkload(&state.Workload{UID: "c//Pod/ns/waypoint", Name: "waypoint", Namespace: "ns",
-			ServiceAccount: "waypoint", Addresses: []netip.Addr{ip("10.0.0.10")}, Protocol: state.HBONE}))
+			ServiceAccount: "waypoint", Addresses: []netip.Addr{ip("10.0.0.10")}, Protocol: state.TunnelHBONE}))
 		add(b.InsertWorkload(&state.Workload{UID: "c//Pod/ns/behindwp", Name: "behindwp", Namespace: "ns",
-			ServiceAccount: "b", Addresses: []netip.Addr{ip("10.0.0.4")}, Protocol: state.HBONE,
+			ServiceAccount: "b", Addresses: []netip.Addr{ip("10.0.0.4")}, Protocol: state.TunnelHBONE,
 			Waypoint: &state.GatewayAddress{Address: &state.NetworkAddress{Address: ip("10.0.0.10")}, HBONEMTLSPort: 15008}}))
 		add(b.InsertWorkload(&state.Workload{UID: "c//Pod/ns/remote", Name: "remote", Namespace: "ns",
-			Addresses: []netip.Addr{ip("10.9.0.1")}, Network: "other", Protocol: state.HBONE}))
+			Addresses: []netip.Addr{ip("10.9.0.1")}, Network: "other", Protocol: state.TunnelHBONE}))
 		add(b.InsertService(&state.Service{Name: "svc", Namespace: "ns", Hostname: "svc.ns.svc.cluster.local",
 			VIPs: []state.NetworkAddress{{Address: ip("10.96.0.1")}}, Ports: state.PortMap{80: 8080},
 			SubjectAltNames: []string{"spiffe://cluster.local/ns/ns/sa/extra"}}))
@@ -130,7 +130,7 @@ func TestDecideRemoteNetwork(t *testing.T) {
 	st := state.NewStore(state.Config{})
 	st.Update(func(b *state.Batch) {
 		b.InsertWorkload(&state.Workload{UID: "c//Pod/ns/remote", Name: "remote", Namespace: "ns",
-			Addresses: []netip.Addr{ip("10.9.0.1")}, Network: "other", Protocol: state.HBONE,
+			Addresses: []netip.Addr{ip("10.9.0.1")}, Network: "other", Protocol: state.TunnelHBONE,
 			Services: map[string]state.PortMap{"ns/r.ns.svc.cluster.local": {80: 80}}})
 		b.InsertService(&state.Service{Name: "r", Namespace: "ns", Hostname: "r.ns.svc.cluster.local",
 			VIPs: []state.NetworkAddress{{Address: ip("10.96.1.1")}}, Ports: state.PortMap{80: 80}})
@@ -148,7 +148,7 @@ func TestPickEndpointWeights(t *testing.T) {
 	st.Update(func(b *state.Batch) {
 		for i, c := range []uint32{1, 3} {
 			b.InsertWorkload(&state.Workload{UID: "c//Pod/ns/w" + string(rune('a'+i)), Name: "w", Namespace: "ns",
-				Addresses: []netip.Addr{ip("10.0.1." + string(rune('1'+i)))}, Protocol: state.HBONE, Capacity: c,
+				Addresses: []netip.Addr{ip("10.0.1." + string(rune('1'+i)))}, Protocol: state.TunnelHBONE, Capacity: c,
 				Services: map[string]state.PortMap{"ns/s": {80: 80}}})
 		}
 		b.InsertService(&state.Service{Name: "s", Namespace: "ns", Hostname: "s",
@@ -188,12 +188,12 @@ func TestWaypointByVIPAddressFamily(t *testing.T) {
 	st.Update(func(b *state.Batch) {
 		errs = append(errs,
 			b.InsertWorkload(&state.Workload{UID: "c//Pod/ns/wp", Name: "wp", Namespace: "ns", ServiceAccount: "wp",
-				Addresses: []netip.Addr{ip("fd00::10"), ip("10.0.0.10")}, Protocol: state.HBONE,
+				Addresses: []netip.Addr{ip("fd00::10"), ip("10.0.0.10")}, Protocol: state.TunnelHBONE,
 				Services: map[string]state.PortMap{"ns/wp.ns.svc.cluster.local": {15008: 15008}}}),
 			b.InsertService(&state.Service{Name: "wp", Namespace: "ns", Hostname: "wp.ns.svc.cluster.local",
 				VIPs: []state.NetworkAddress{{Address: ip("10.96.0.10")}}, Ports: state.PortMap{15008: 15008}}),
 			b.InsertWorkload(&state.Workload{UID: "c//Pod/ns/app", Name: "app", Namespace: "ns", ServiceAccount: "app",
-				Addresses: []netip.Addr{ip("fd00::2"), ip("10.0.0.2")}, Protocol: state.HBONE,
+				Addresses: []netip.Addr{ip("fd00::2"), ip("10.0.0.2")}, Protocol: state.TunnelHBONE,
 				Waypoint: &state.GatewayAddress{Address: &state.NetworkAddress{Address: ip("10.96.0.10")}, HBONEMTLSPort: 15008}}),
 		)
 	})

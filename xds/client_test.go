@@ -305,7 +305,7 @@ func TestReconnectCarriesHeldVersions(t *testing.T) {
 	if diff := cmp.Diff(h.srv.Resources(xds.AuthorizationTypeURL), r.GetInitialResourceVersions()); diff != "" {
 		t.Errorf("Authorization initial_resource_versions (-want +got):\n%s", diff)
 	}
-	if got := h.store.Snapshot().WorkloadByUID("x"); got == nil || got.Protocol != state.HBONE {
+	if got := h.store.Snapshot().WorkloadByUID("x"); got == nil || got.Protocol != state.TunnelHBONE {
 		t.Errorf("workload x = %+v, want the accepted HBONE version kept", got)
 	}
 }

@@ -126,9 +126,9 @@ func workloadFromProto(p *workloadapi.Workload, in interner) (*state.Workload, e
 func workloadEnumsFromProto(p *workloadapi.Workload, w *state.Workload) error {
 	switch p.GetTunnelProtocol() {
 	case workloadapi.TunnelProtocol_NONE:
-		w.Protocol = state.None
+		w.Protocol = state.TunnelNone
 	case workloadapi.TunnelProtocol_HBONE:
-		w.Protocol = state.HBONE
+		w.Protocol = state.TunnelHBONE
 	case workloadapi.TunnelProtocol_LEGACY_ISTIO_MTLS:
 		return errors.New("tunnel_protocol LEGACY_ISTIO_MTLS is not supported")
 	default:

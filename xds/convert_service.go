@@ -40,10 +40,10 @@ func serviceFromProto(p *workloadapi.Service) (*state.Service, error) {
 		Hostname:        p.GetHostname(),
 		SubjectAltNames: nilIfEmpty(p.GetSubjectAltNames()),
 		Canonical:       p.GetCanonical(),
-		Visibility:      state.Public,
+		Visibility:      state.VisibilityPublic,
 	}
 	if p.GetVisibility() == workloadapi.Service_NAMESPACE {
-		s.Visibility = state.Namespace
+		s.Visibility = state.VisibilityNamespace
 	}
 	ipf := p.GetIpFamilies()
 	if ipf < workloadapi.IPFamilies_AUTOMATIC || ipf > workloadapi.IPFamilies_DUAL {

@@ -61,7 +61,7 @@ func TestWorkloadFromProto(t *testing.T) {
 		Addresses:         []netip.Addr{netip.MustParseAddr("10.0.0.1"), v6},
 		Hostname:          "a.example",
 		Network:           "net1",
-		Protocol:          state.HBONE,
+		Protocol:          state.TunnelHBONE,
 		TrustDomain:       "td",
 		ServiceAccount:    "sa",
 		Waypoint:          &state.GatewayAddress{Hostname: &state.NamespacedHostname{Namespace: "ns", Hostname: "wp"}, HBONEMTLSPort: 15008},
@@ -69,7 +69,7 @@ func TestWorkloadFromProto(t *testing.T) {
 		Node:              "node1",
 		CanonicalName:     "cn",
 		CanonicalRevision: "cr",
-		WorkloadType:      state.Pod,
+		WorkloadType:      state.WorkloadPod,
 		WorkloadName:      "wn",
 		NativeTunnel:      true,
 		ApplicationTunnel: &state.ApplicationTunnel{Protocol: state.AppTunnelProxy, Port: 15088},
@@ -78,10 +78,10 @@ func TestWorkloadFromProto(t *testing.T) {
 			"ns/empty":       nil,
 		},
 		AuthorizationPolicies: []string{"ns/p1"},
-		Status:                state.Unhealthy,
+		Status:                state.StatusUnhealthy,
 		ClusterID:             "c1",
 		Locality:              state.Locality{Region: "r", Zone: "z", Subzone: "s"},
-		NetworkMode:           state.HostNetwork,
+		NetworkMode:           state.NetworkHost,
 		Capacity:              7,
 	}
 	tests := []struct {
@@ -233,9 +233,9 @@ func TestServiceFromProto(t *testing.T) {
 			Mode:              state.LBFailover,
 			HealthPolicy:      state.AllowAll,
 		},
-		IPFamilies: state.Dual,
+		IPFamilies: state.FamiliesDual,
 		Canonical:  true,
-		Visibility: state.Namespace,
+		Visibility: state.VisibilityNamespace,
 	}
 	got, err := ServiceFromProto(in)
 	if err != nil {
@@ -247,7 +247,7 @@ func TestServiceFromProto(t *testing.T) {
 
 	// An unknown visibility is PUBLIC (SPEC §5.4).
 	got, err = ServiceFromProto(&workloadapi.Service{Namespace: "ns", Hostname: "h", Visibility: 7})
-	if err != nil || got.Visibility != state.Public {
+	if err != nil || got.Visibility != state.VisibilityPublic {
 		t.Errorf("ServiceFromProto(visibility 7) = %+v, %v; want Public", got, err)
 	}
 }

@@ -90,7 +90,7 @@ func (p *parser) workload(n *yaml.Node, path string) (*state.Workload, error) {
 		"workloadIps":           p.ipList(&w.Addresses),
 		"hostname":              p.strField(&w.Hostname),
 		"network":               p.strField(&w.Network),
-		"protocol":              enumField(p, &w.Protocol, state.None, state.HBONE),
+		"protocol":              enumField(p, &w.Protocol, state.TunnelNone, state.TunnelHBONE),
 		"trustDomain":           p.strField(&w.TrustDomain),
 		"serviceAccount":        p.strField(&w.ServiceAccount),
 		"waypoint":              p.gatewayField(&w.Waypoint),
@@ -98,16 +98,16 @@ func (p *parser) workload(n *yaml.Node, path string) (*state.Workload, error) {
 		"node":                  p.strField(&w.Node),
 		"canonicalName":         p.strField(&w.CanonicalName),
 		"canonicalRevision":     p.strField(&w.CanonicalRevision),
-		"workloadType":          enumField(p, &w.WorkloadType, state.Deployment, state.Job),
+		"workloadType":          enumField(p, &w.WorkloadType, state.WorkloadDeployment, state.WorkloadJob),
 		"workloadName":          p.strField(&w.WorkloadName),
 		"nativeTunnel":          p.boolField(&w.NativeTunnel),
 		"applicationTunnel":     p.appTunnelField(&w.ApplicationTunnel),
 		"services":              p.workloadServices(&w.Services),
 		"authorizationPolicies": p.keyList(&w.AuthorizationPolicies),
-		"status":                enumField(p, &w.Status, state.Healthy, state.Unhealthy),
+		"status":                enumField(p, &w.Status, state.StatusHealthy, state.StatusUnhealthy),
 		"clusterId":             p.strField(&w.ClusterID),
 		"locality":              p.localityField(&w.Locality),
-		"networkMode":           enumField(p, &w.NetworkMode, state.Standard, state.HostNetwork),
+		"networkMode":           enumField(p, &w.NetworkMode, state.NetworkStandard, state.NetworkHost),
 		"capacity":              p.uint32Field(&w.Capacity),
 	}, "namespace", "workloadIps")
 	if err != nil {
@@ -300,9 +300,9 @@ func (p *parser) service(n *yaml.Node, path string) (*state.Service, error) {
 		"waypoint":          p.gatewayField(&s.Waypoint),
 		"weightedWaypoints": p.weightedWaypoints(&s.WeightedWaypoints),
 		"loadBalancer":      p.loadBalancerField(&s.LoadBalancer),
-		"ipFamilies":        enumField(p, &s.IPFamilies, state.IPv4Only, state.Dual),
+		"ipFamilies":        enumField(p, &s.IPFamilies, state.FamiliesIPv4Only, state.FamiliesDual),
 		"canonical":         p.boolField(&s.Canonical),
-		"visibility":        enumField(p, &s.Visibility, state.Public, state.Namespace),
+		"visibility":        enumField(p, &s.Visibility, state.VisibilityPublic, state.VisibilityNamespace),
 	}, "namespace", "hostname")
 	if err != nil {
 		return nil, err

@@ -75,15 +75,15 @@ func TestParseLocalConfigGood(t *testing.T) {
 			&LocalConfig{Workloads: []*state.Workload{{
 				UID: "c//Pod/ns/a", Name: "a", Namespace: "ns",
 				Addresses: []netip.Addr{netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2"), netip.MustParseAddr("fd00::1")},
-				Hostname:  "a.example", Network: "net1", Protocol: state.HBONE, TrustDomain: "td", ServiceAccount: "sa",
+				Hostname:  "a.example", Network: "net1", Protocol: state.TunnelHBONE, TrustDomain: "td", ServiceAccount: "sa",
 				Waypoint:       &state.GatewayAddress{Hostname: &state.NamespacedHostname{Namespace: "ns", Hostname: "wp.example"}, HBONEMTLSPort: 15008},
 				NetworkGateway: &state.GatewayAddress{Address: &state.NetworkAddress{Network: "net1", Address: netip.MustParseAddr("192.168.0.1")}, HBONEMTLSPort: 15009},
-				Node:           "n1", CanonicalName: "app", CanonicalRevision: "v1", WorkloadType: state.Pod, WorkloadName: "wl",
+				Node:           "n1", CanonicalName: "app", CanonicalRevision: "v1", WorkloadType: state.WorkloadPod, WorkloadName: "wl",
 				NativeTunnel: true, ApplicationTunnel: &state.ApplicationTunnel{Protocol: state.AppTunnelProxy, Port: 15088},
 				Services:              map[string]state.PortMap{"ns/s.example": {80: 8080, 443: 0}, "ns/empty.example": {}},
-				AuthorizationPolicies: []string{"ns/p"}, Status: state.Unhealthy, ClusterID: "c1",
+				AuthorizationPolicies: []string{"ns/p"}, Status: state.StatusUnhealthy, ClusterID: "c1",
 				Locality:    state.Locality{Region: "r", Zone: "z", Subzone: "s"},
-				NetworkMode: state.HostNetwork, Capacity: 4,
+				NetworkMode: state.NetworkHost, Capacity: 4,
 			}}},
 		},
 		{
@@ -115,7 +115,7 @@ func TestParseLocalConfigGood(t *testing.T) {
 					Destination: state.GatewayAddress{Hostname: &state.NamespacedHostname{Namespace: "ns", Hostname: "wp-a"}, HBONEMTLSPort: 15008}, Weight: 80,
 				}},
 				LoadBalancer: &state.LoadBalancer{RoutingPreference: []state.LBScope{state.ScopeNetwork, state.ScopeZone}, Mode: state.LBFailover, HealthPolicy: state.AllowAll},
-				IPFamilies:   state.IPv6Only, Canonical: true, Visibility: state.Namespace,
+				IPFamilies:   state.FamiliesIPv6Only, Canonical: true, Visibility: state.VisibilityNamespace,
 			}}},
 		},
 		{
@@ -316,9 +316,9 @@ func TestLocalhostExample(t *testing.T) {
 	want := &LocalConfig{
 		Workloads: []*state.Workload{
 			{UID: "default/local", Name: "local", Namespace: "default", ServiceAccount: "default",
-				Addresses: []netip.Addr{netip.MustParseAddr("127.0.0.1")}, Protocol: state.HBONE, Node: "local", Services: ports},
+				Addresses: []netip.Addr{netip.MustParseAddr("127.0.0.1")}, Protocol: state.TunnelHBONE, Node: "local", Services: ports},
 			{UID: "default/local-tcp", Name: "local-tcp", Namespace: "default", ServiceAccount: "default",
-				Addresses: []netip.Addr{netip.MustParseAddr("127.0.0.2")}, Protocol: state.None, Node: "local", Services: ports},
+				Addresses: []netip.Addr{netip.MustParseAddr("127.0.0.2")}, Protocol: state.TunnelNone, Node: "local", Services: ports},
 		},
 		Services: []*state.Service{
 			{Name: "local", Namespace: "default", Hostname: "example.com",
@@ -342,7 +342,7 @@ func TestLocalhostExample(t *testing.T) {
 		t.Fatal(applyErr)
 	}
 	snap := st.Snapshot()
-	if w := snap.WorkloadByIP("", netip.MustParseAddr("127.0.0.1")); w == nil || w.Protocol != state.HBONE {
+	if w := snap.WorkloadByIP("", netip.MustParseAddr("127.0.0.1")); w == nil || w.Protocol != state.TunnelHBONE {
 		t.Errorf("WorkloadByIP(127.0.0.1) = %v", w)
 	}
 	s := snap.ServiceByVIP("", netip.MustParseAddr("127.10.0.1"), "default")

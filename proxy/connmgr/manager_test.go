@@ -38,7 +38,7 @@ var serverAddr = netip.MustParseAddrPort("10.0.0.2:8080")
 
 func workload(uid, name, addr string) *state.Workload {
 	return &state.Workload{
-		UID: uid, Name: name, Namespace: ns, Protocol: state.HBONE,
+		UID: uid, Name: name, Namespace: ns, Protocol: state.TunnelHBONE,
 		Addresses: []netip.Addr{netip.MustParseAddr(addr)},
 	}
 }

@@ -79,7 +79,7 @@ func BenchmarkUpdate10k(b *testing.B) {
 	workloads := make([]*Workload, 10000)
 	for i := range workloads {
 		w := pod("ns", fmt.Sprintf("w%d", i), fmt.Sprintf("10.%d.%d.%d", i/62500, i/250%250, i%250+1))
-		w.Protocol = HBONE
+		w.Protocol = TunnelHBONE
 		w.Services = map[string]PortMap{fmt.Sprintf("ns/s%d.example", i%1000): {80: 8080}}
 		workloads[i] = w
 	}

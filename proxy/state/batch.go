@@ -272,7 +272,7 @@ func (b *Batch) ownWorkloadTable() {
 
 // ipRank orders workloads sharing an IP (SPEC §3.4): lower is preferred.
 func ipRank(w *Workload) int {
-	pod, hbone := w.IsPod(), w.Protocol == HBONE
+	pod, hbone := w.IsPod(), w.Protocol == TunnelHBONE
 	switch {
 	case pod && hbone:
 		return 0
@@ -292,7 +292,7 @@ func compareByIPPreference(a, b *Workload) int {
 }
 
 // ipIndexed reports whether w is indexed by IP (HostNetwork workloads are not).
-func ipIndexed(w *Workload) bool { return w != nil && w.NetworkMode != HostNetwork }
+func ipIndexed(w *Workload) bool { return w != nil && w.NetworkMode != NetworkHost }
 
 func (b *Batch) reindexWorkloadIPs(old, w *Workload) {
 	var keys []ipKey

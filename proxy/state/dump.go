@@ -307,7 +307,7 @@ func NewServiceJSON(svc *Service) ServiceJSON {
 		}
 		j.LoadBalancer = l
 	}
-	if svc.IPFamilies != Automatic {
+	if svc.IPFamilies != FamiliesAutomatic {
 		j.IPFamilies = svc.IPFamilies.String()
 	}
 	return j

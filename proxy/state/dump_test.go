@@ -23,25 +23,25 @@ func richStore(t testing.TB) *Store {
 	full := &Workload{
 		UID: "c1//Pod/ns1/full", Name: "full", Namespace: "ns1",
 		Addresses: []netip.Addr{ip("10.0.0.1"), ip("fd00::1")},
-		Hostname:  "full.example", Network: "net1", Protocol: HBONE,
+		Hostname:  "full.example", Network: "net1", Protocol: TunnelHBONE,
 		TrustDomain: "td.example", ServiceAccount: "sa1",
 		Waypoint:       &GatewayAddress{Hostname: &NamespacedHostname{"ns1", "waypoint.ns1.svc.cluster.local"}, HBONEMTLSPort: 15008},
 		NetworkGateway: &GatewayAddress{Address: &NetworkAddress{"net1", ip("192.168.0.1")}, HBONEMTLSPort: 15009},
 		Node:           "node1", CanonicalName: "full-app", CanonicalRevision: "v1",
-		WorkloadType: Pod, WorkloadName: "full-wl", NativeTunnel: true,
+		WorkloadType: WorkloadPod, WorkloadName: "full-wl", NativeTunnel: true,
 		ApplicationTunnel: &ApplicationTunnel{Protocol: AppTunnelProxy, Port: 15088},
 		Services: map[string]PortMap{
 			"ns1/svc.example":    {80: 8080, 443: 0},
 			"ns1/staged.example": {90: 9090},
 		},
 		AuthorizationPolicies: []string{"ns1/sel"},
-		Status:                Healthy, ClusterID: "cluster1",
+		Status:                StatusHealthy, ClusterID: "cluster1",
 		Locality:    Locality{"region1", "zone1", "sub1"},
-		NetworkMode: Standard, Capacity: 3,
+		NetworkMode: NetworkStandard, Capacity: 3,
 	}
 	minimal := &Workload{UID: "c1//Pod/ns1/minimal", Name: "minimal", Namespace: "ns1",
-		Addresses: []netip.Addr{ip("10.0.0.2")}, Status: Unhealthy, NetworkMode: HostNetwork,
-		WorkloadType: CronJob,
+		Addresses: []netip.Addr{ip("10.0.0.2")}, Status: StatusUnhealthy, NetworkMode: NetworkHost,
+		WorkloadType: WorkloadCronJob,
 		Services:     map[string]PortMap{"ns1/svc.example": {80: 8080}, "ns1/other.example": {}}}
 	service := &Service{
 		Name: "svc", Namespace: "ns1", Hostname: "svc.example",
@@ -55,7 +55,7 @@ func richStore(t testing.TB) *Store {
 			{Destination: GatewayAddress{Address: &NetworkAddress{"net1", ip("10.0.0.10")}, HBONEMTLSPort: 15008}, Weight: 20},
 		},
 		LoadBalancer: &LoadBalancer{RoutingPreference: []LBScope{ScopeNetwork, ScopeRegion, ScopeZone}, Mode: LBFailover, HealthPolicy: AllowAll},
-		IPFamilies:   Dual, Canonical: true, Visibility: Namespace,
+		IPFamilies:   FamiliesDual, Canonical: true, Visibility: VisibilityNamespace,
 	}
 	other := &Service{Name: "other", Namespace: "ns1", Hostname: "other.example"}
 	pol := &rbac.Policy{
@@ -157,7 +157,7 @@ func TestDumpRoundTrip(t *testing.T) {
 	for _, w := range orig.Workloads() {
 		got := st.Snapshot().WorkloadByUID(w.UID)
 		want := *w
-		if w.Status == Unhealthy {
+		if w.Status == StatusUnhealthy {
 			// Its endpoint in an OnlyHealthy service is not in the dump:
 			// the membership survives, the ports do not.
 			want.Services = map[string]PortMap{"ns1/svc.example": {80: 8080}, "ns1/other.example": {}}

@@ -153,16 +153,16 @@ func (j *WorkloadJSON) Workload() (*Workload, error) {
 		return nil, dumpErr("workload", cmp.Or(j.UID, j.Namespace+"/"+j.Name), field, err)
 	}
 	var err error
-	if w.Protocol, err = parseField(j.Protocol, HBONE); err != nil {
+	if w.Protocol, err = parseField(j.Protocol, TunnelHBONE); err != nil {
 		return fail("protocol", err)
 	}
-	if w.NetworkMode, err = parseField(j.NetworkMode, HostNetwork); err != nil {
+	if w.NetworkMode, err = parseField(j.NetworkMode, NetworkHost); err != nil {
 		return fail("networkMode", err)
 	}
-	if w.WorkloadType, err = parseField(j.WorkloadType, Job); err != nil {
+	if w.WorkloadType, err = parseField(j.WorkloadType, WorkloadJob); err != nil {
 		return fail("workloadType", err)
 	}
-	if w.Status, err = parseField(j.Status, Unhealthy); err != nil {
+	if w.Status, err = parseField(j.Status, StatusUnhealthy); err != nil {
 		return fail("status", err)
 	}
 	for _, s := range j.WorkloadIPs {
@@ -243,13 +243,13 @@ func (j *ServiceJSON) Service() (*Service, error) {
 		return fail("loadBalancer", err)
 	}
 	if j.IPFamilies != "" {
-		f, ok := parseEnum(j.IPFamilies, Dual)
-		if !ok || f == Automatic {
+		f, ok := parseEnum(j.IPFamilies, FamiliesDual)
+		if !ok || f == FamiliesAutomatic {
 			return fail("ipFamilies", fmt.Errorf("unknown value %q (want one of Dual, IPv4, IPv6)", j.IPFamilies))
 		}
 		s.IPFamilies = f
 	}
-	if s.Visibility, err = parseField(j.Visibility, Namespace); err != nil {
+	if s.Visibility, err = parseField(j.Visibility, VisibilityNamespace); err != nil {
 		return fail("visibility", err)
 	}
 	return s, nil

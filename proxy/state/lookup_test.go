@@ -13,7 +13,7 @@ func TestWorkloadByIP(t *testing.T) {
 	b := pod("ns1", "b", "10.0.0.2")
 	b.Network = "net2"
 	hostNet := pod("ns1", "host", "10.0.0.3")
-	hostNet.NetworkMode = HostNetwork
+	hostNet.NetworkMode = NetworkHost
 	mapped := pod("ns1", "mapped", "::ffff:10.0.0.4")
 	update(t, st, func(bt *Batch, must func(error)) {
 		for _, w := range []*Workload{a, b, hostNet, mapped} {
@@ -54,10 +54,10 @@ func TestWorkloadByIPSharedPreference(t *testing.T) {
 	mk := func(uid string, proto TunnelProtocol) *Workload {
 		return &Workload{UID: uid, Namespace: "ns", Addresses: []netip.Addr{ip("10.1.1.1")}, Protocol: proto}
 	}
-	podHBONE := mk("c//Pod/ns/p1", HBONE)
-	podTCP := mk("c//Pod/ns/p2", None)
-	entryHBONE := mk("c//WorkloadEntry/ns/e1", HBONE)
-	entryTCP := mk("c//WorkloadEntry/ns/e2", None)
+	podHBONE := mk("c//Pod/ns/p1", TunnelHBONE)
+	podTCP := mk("c//Pod/ns/p2", TunnelNone)
+	entryHBONE := mk("c//WorkloadEntry/ns/e1", TunnelHBONE)
+	entryTCP := mk("c//WorkloadEntry/ns/e2", TunnelNone)
 	tests := []struct {
 		name   string
 		insert []*Workload
@@ -141,9 +141,9 @@ func TestServiceByVIP(t *testing.T) {
 	canonical := svc("b", "canon.example", shared)
 	canonical.Canonical = true
 	hidden := svc("c", "hidden.example", shared)
-	hidden.Visibility = Namespace
+	hidden.Visibility = VisibilityNamespace
 	onlyHidden := svc("d", "only-hidden.example", vip("", "10.96.0.2"))
-	onlyHidden.Visibility = Namespace
+	onlyHidden.Visibility = VisibilityNamespace
 	other := svc("a", "other-net.example", vip("net2", "10.96.0.1"))
 
 	wide := svc("e", "wide.example")
@@ -155,12 +155,12 @@ func TestServiceByVIP(t *testing.T) {
 	narrowCanon.Canonical = true
 	hiddenCIDR := svc("h", "hidden-cidr.example")
 	hiddenCIDR.CIDRVIPs = []NetworkPrefix{cidr("", "10.200.1.0/25")}
-	hiddenCIDR.Visibility = Namespace
+	hiddenCIDR.Visibility = VisibilityNamespace
 	single := svc("i", "single.example")
 	single.CIDRVIPs = []NetworkPrefix{cidr("", "10.201.0.1/32")} // full length = exact VIP
 	// A hidden exact VIP inside a CIDR falls back to the CIDR.
 	hiddenExact := svc("j", "hidden-exact.example", vip("", "10.200.2.2"))
-	hiddenExact.Visibility = Namespace
+	hiddenExact.Visibility = VisibilityNamespace
 
 	update(t, st, func(b *Batch, must func(error)) {
 		for _, s := range []*Service{first, canonical, hidden, onlyHidden, other, wide, narrow, narrowCanon, hiddenCIDR, single, hiddenExact} {

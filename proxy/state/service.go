@@ -92,23 +92,23 @@ type LoadBalancer struct {
 type IPFamilies uint8
 
 const (
-	Automatic IPFamilies = 0
-	IPv4Only  IPFamilies = 1
-	IPv6Only  IPFamilies = 2
-	Dual      IPFamilies = 3
+	FamiliesAutomatic IPFamilies = 0
+	FamiliesIPv4Only  IPFamilies = 1
+	FamiliesIPv6Only  IPFamilies = 2
+	FamiliesDual      IPFamilies = 3
 )
 
 // String returns "Automatic", "IPv4", "IPv6" or "Dual" (the local config and
 // config_dump spelling).
 func (f IPFamilies) String() string {
 	switch f {
-	case Automatic:
+	case FamiliesAutomatic:
 		return "Automatic"
-	case IPv4Only:
+	case FamiliesIPv4Only:
 		return "IPv4"
-	case IPv6Only:
+	case FamiliesIPv6Only:
 		return "IPv6"
-	case Dual:
+	case FamiliesDual:
 		return "Dual"
 	}
 	return fmt.Sprintf("IPFamilies(%d)", uint8(f))
@@ -118,19 +118,19 @@ func (f IPFamilies) String() string {
 type Visibility uint8
 
 const (
-	// Public services are visible to every client.
-	Public Visibility = 0
-	// Namespace services are visible only to clients in the service's
+	// VisibilityPublic services are visible to every client.
+	VisibilityPublic Visibility = 0
+	// VisibilityNamespace services are visible only to clients in the service's
 	// namespace.
-	Namespace Visibility = 1
+	VisibilityNamespace Visibility = 1
 )
 
 // String returns "Public" or "Namespace".
 func (v Visibility) String() string {
 	switch v {
-	case Public:
+	case VisibilityPublic:
 		return "Public"
-	case Namespace:
+	case VisibilityNamespace:
 		return "Namespace"
 	}
 	return fmt.Sprintf("Visibility(%d)", uint8(v))
@@ -180,5 +180,5 @@ func (s *Service) healthPolicy() HealthPolicy {
 
 // admits reports whether an endpoint with status h is stored on s.
 func (s *Service) admits(h HealthStatus) bool {
-	return h == Healthy || s.healthPolicy() == AllowAll
+	return h == StatusHealthy || s.healthPolicy() == AllowAll
 }

@@ -158,7 +158,7 @@ func (s *Snapshot) ServicesByHostname(hostname string) []*Service {
 
 // visibleTo reports whether a client in namespace clientNS may see svc.
 func visibleTo(svc *Service, clientNS string) bool {
-	return svc.Visibility != Namespace || svc.Namespace == clientNS
+	return svc.Visibility != VisibilityNamespace || svc.Namespace == clientNS
 }
 
 // ServiceByVIP returns the service that a client in namespace clientNS

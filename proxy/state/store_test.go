@@ -78,7 +78,7 @@ func TestServiceReplacementKeepsEndpoints(t *testing.T) {
 
 func TestUnhealthyEndpoints(t *testing.T) {
 	healthy, sick := pod("ns", "healthy", "10.0.0.1"), pod("ns", "sick", "10.0.0.2")
-	sick.Status = Unhealthy
+	sick.Status = StatusUnhealthy
 	for _, w := range []*Workload{healthy, sick} {
 		w.Services = map[string]PortMap{"ns/s": {80: 80}}
 	}
@@ -135,7 +135,7 @@ func TestUnhealthyEndpoints(t *testing.T) {
 	}
 	update(t, st, func(b *Batch, must func(error)) { must(b.InsertService(withPolicy(OnlyHealthy))) })
 	nowSick := *healthy
-	nowSick.Status = Unhealthy
+	nowSick.Status = StatusUnhealthy
 	update(t, st, func(b *Batch, must func(error)) { must(b.InsertWorkload(&nowSick)) })
 	if got := endpointUIDs(st.Snapshot().ServiceByKey("ns/s")); len(got) != 0 {
 		t.Errorf("after workload turned unhealthy = %v, want none", got)

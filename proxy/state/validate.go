@@ -36,13 +36,13 @@ func validateWorkload(w *Workload) error {
 		}
 	}
 	switch {
-	case w.Protocol > HBONE:
+	case w.Protocol > TunnelHBONE:
 		return invalidf("workload %s: unsupported tunnel protocol %d", w.UID, w.Protocol)
-	case w.WorkloadType > Job:
+	case w.WorkloadType > WorkloadJob:
 		return invalidf("workload %s: unknown workload type %d", w.UID, w.WorkloadType)
-	case w.Status > Unhealthy:
+	case w.Status > StatusUnhealthy:
 		return invalidf("workload %s: unknown status %d", w.UID, w.Status)
-	case w.NetworkMode > HostNetwork:
+	case w.NetworkMode > NetworkHost:
 		return invalidf("workload %s: unknown network mode %d", w.UID, w.NetworkMode)
 	case w.ApplicationTunnel != nil && w.ApplicationTunnel.Protocol > AppTunnelProxy:
 		return invalidf("workload %s: unknown application tunnel protocol %d", w.UID, w.ApplicationTunnel.Protocol)
@@ -117,7 +117,7 @@ func validateService(s *Service) error {
 			return invalidf("service %s: unknown load balancer mode or health policy", s.Key())
 		}
 	}
-	if s.IPFamilies > Dual || s.Visibility > Namespace {
+	if s.IPFamilies > FamiliesDual || s.Visibility > VisibilityNamespace {
 		return invalidf("service %s: unknown ip families or visibility", s.Key())
 	}
 	return nil

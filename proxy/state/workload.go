@@ -19,18 +19,18 @@ const (
 type TunnelProtocol uint8
 
 const (
-	// None means plain TCP.
-	None TunnelProtocol = 0
-	// HBONE means HTTP/2 CONNECT over mTLS to port 15008.
-	HBONE TunnelProtocol = 1
+	// TunnelNone means plain TCP.
+	TunnelNone TunnelProtocol = 0
+	// TunnelHBONE means HTTP/2 CONNECT over mTLS to port 15008.
+	TunnelHBONE TunnelProtocol = 1
 )
 
 // String returns "TCP" or "HBONE", the config_dump spelling.
 func (p TunnelProtocol) String() string {
 	switch p {
-	case None:
+	case TunnelNone:
 		return "TCP"
-	case HBONE:
+	case TunnelHBONE:
 		return "HBONE"
 	}
 	return fmt.Sprintf("TunnelProtocol(%d)", uint8(p))
@@ -40,22 +40,22 @@ func (p TunnelProtocol) String() string {
 type WorkloadType uint8
 
 const (
-	Deployment WorkloadType = 0
-	CronJob    WorkloadType = 1
-	Pod        WorkloadType = 2
-	Job        WorkloadType = 3
+	WorkloadDeployment WorkloadType = 0
+	WorkloadCronJob    WorkloadType = 1
+	WorkloadPod        WorkloadType = 2
+	WorkloadJob        WorkloadType = 3
 )
 
 // String returns the lower-case name ("deployment", "cronjob", "pod", "job").
 func (t WorkloadType) String() string {
 	switch t {
-	case Deployment:
+	case WorkloadDeployment:
 		return "deployment"
-	case CronJob:
+	case WorkloadCronJob:
 		return "cronjob"
-	case Pod:
+	case WorkloadPod:
 		return "pod"
-	case Job:
+	case WorkloadJob:
 		return "job"
 	}
 	return fmt.Sprintf("WorkloadType(%d)", uint8(t))
@@ -65,16 +65,16 @@ func (t WorkloadType) String() string {
 type HealthStatus uint8
 
 const (
-	Healthy   HealthStatus = 0
-	Unhealthy HealthStatus = 1
+	StatusHealthy   HealthStatus = 0
+	StatusUnhealthy HealthStatus = 1
 )
 
 // String returns "Healthy" or "Unhealthy".
 func (h HealthStatus) String() string {
 	switch h {
-	case Healthy:
+	case StatusHealthy:
 		return "Healthy"
-	case Unhealthy:
+	case StatusUnhealthy:
 		return "Unhealthy"
 	}
 	return fmt.Sprintf("HealthStatus(%d)", uint8(h))
@@ -84,18 +84,18 @@ func (h HealthStatus) String() string {
 type NetworkMode uint8
 
 const (
-	// Standard workloads have their own IPs and are indexed by IP.
-	Standard NetworkMode = 0
-	// HostNetwork workloads share the node's IP and are not indexed by IP.
-	HostNetwork NetworkMode = 1
+	// NetworkStandard workloads have their own IPs and are indexed by IP.
+	NetworkStandard NetworkMode = 0
+	// NetworkHost workloads share the node's IP and are not indexed by IP.
+	NetworkHost NetworkMode = 1
 )
 
 // String returns "Standard" or "HostNetwork".
 func (m NetworkMode) String() string {
 	switch m {
-	case Standard:
+	case NetworkStandard:
 		return "Standard"
-	case HostNetwork:
+	case NetworkHost:
 		return "HostNetwork"
 	}
 	return fmt.Sprintf("NetworkMode(%d)", uint8(m))

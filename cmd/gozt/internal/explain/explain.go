@@ -179,7 +179,7 @@ func noWorkload(snap *state.Snapshot, network string, ip netip.Addr) error {
 			continue
 		}
 		switch {
-		case w.NetworkMode == state.HostNetwork:
+		case w.NetworkMode == state.NetworkHost:
 			hints = append(hints, fmt.Sprintf("%s uses the host network", w.UID))
 		case w.Network != network:
 			hints = append(hints, fmt.Sprintf("%s is on network %q", w.UID, w.Network))

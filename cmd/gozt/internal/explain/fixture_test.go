@@ -38,7 +38,7 @@ func policy(ns, name string, scope rbac.Scope, action rbac.Action, rules ...rbac
 func pod(ns, name, sa, addr string, refs ...string) *state.Workload {
 	return &state.Workload{
 		UID: "Kubernetes//Pod/" + ns + "/" + name, Name: name, Namespace: ns,
-		ServiceAccount: sa, TrustDomain: "cluster.local", Protocol: state.HBONE,
+		ServiceAccount: sa, TrustDomain: "cluster.local", Protocol: state.TunnelHBONE,
 		Addresses:             []netip.Addr{netip.MustParseAddr(addr)},
 		AuthorizationPolicies: refs,
 	}
@@ -108,7 +108,7 @@ func fixtureStore(t testing.TB) *state.Store {
 func ztunnelEquivalentStore(t testing.TB) *state.Store {
 	t.Helper()
 	server := pod("prod", "server-7d9f-abcde", "server", "10.244.1.10", "prod/allow-web")
-	server.WorkloadType = state.Deployment
+	server.WorkloadType = state.WorkloadDeployment
 	ws := []*state.Workload{
 		pod("legacy", "old-0", "default", "10.244.3.3"),
 		pod("prod", "db-0", "db", "10.244.1.20", "prod/db-only-server", "prod/missing-policy"),

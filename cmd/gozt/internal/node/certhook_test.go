@@ -27,7 +27,7 @@ func TestCertHook(t *testing.T) {
 	st := state.NewStore(state.Config{OnUpdate: hook.update})
 	wl := func(uid, node, sa string) *state.Workload {
 		return &state.Workload{UID: uid, Name: uid, Namespace: "ns", Node: node, ServiceAccount: sa,
-			Addresses: []netip.Addr{netip.MustParseAddr("10.0.0." + fmt.Sprint(len(uid)))}, Protocol: state.HBONE}
+			Addresses: []netip.Addr{netip.MustParseAddr("10.0.0." + fmt.Sprint(len(uid)))}, Protocol: state.TunnelHBONE}
 	}
 	step := func(f func(b *state.Batch), want ...string) {
 		t.Helper()
