@@ -174,6 +174,7 @@ func runLocal(args []string, stdout, stderr io.Writer) error {
 	select {
 	case <-ctx.Done():
 	case <-m.Quit():
+	case <-m.Done(): // a background loop failed: exit 1 with its error
 	}
 	stop() // a second SIGINT now kills the process at once
 	opts.Logger.Info("shutting down", "drain", deadline)

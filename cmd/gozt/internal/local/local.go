@@ -25,6 +25,7 @@ import (
 	"github.com/gozt/gozt/certs/localca"
 	"github.com/gozt/gozt/cmd/gozt/internal/admin"
 	"github.com/gozt/gozt/cmd/gozt/internal/explain"
+	"github.com/gozt/gozt/cmd/gozt/internal/runner"
 	"github.com/gozt/gozt/proxy"
 	"github.com/gozt/gozt/proxy/connmgr"
 	"github.com/gozt/gozt/proxy/sockopt"
@@ -77,14 +78,13 @@ type Mesh struct {
 	quit     chan struct{}
 	quitOnce sync.Once
 
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	run *runner.Runner // the background loops
 }
 
 // Start loads the config, binds every listener and starts serving. On error
 // nothing is left running.
 func Start(ctx context.Context, opts Options) (m *Mesh, err error) {
-	m = &Mesh{opts: opts, log: opts.Logger, quit: make(chan struct{})}
+	m = &Mesh{opts: opts, log: opts.Logger, quit: make(chan struct{}), run: runner.New()}
 	if m.log == nil {
 		m.log = slog.New(slog.DiscardHandler)
 	}
@@ -130,24 +130,10 @@ func Start(ctx context.Context, opts Options) (m *Mesh, err error) {
 			return nil, err
 		}
 	}
-	runCtx, cancel := context.WithCancel(context.Background())
-	m.cancel = cancel
-	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
-		_ = m.certs.Run(runCtx)
-	}()
-	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
-		_ = m.connmgr.Run(runCtx)
-	}()
+	m.run.Go("certs", m.certs.Run)
+	m.run.Go("connmgr", m.connmgr.Run)
 	for _, p := range m.proxies {
-		m.wg.Add(1)
-		go func() {
-			defer m.wg.Done()
-			_ = p.Serve()
-		}()
+		m.run.Go("proxy "+p.UID(), func(context.Context) error { return p.Serve() })
 	}
 	m.ready.Unblock("proxy")
 	m.banner()
@@ -251,21 +237,18 @@ func (m *Mesh) ReadinessAddr() net.Addr { return m.ports.Readiness.Addr() }
 // is done, then the rest are closed (SPEC §8.4).
 func (m *Mesh) Shutdown(ctx context.Context) error {
 	m.ready.Block("shutdown")
+	errs := make([]error, len(m.proxies))
 	var wg sync.WaitGroup
-	for _, p := range m.proxies {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_ = p.Shutdown(ctx)
-		}()
+	for i, p := range m.proxies {
+		wg.Go(func() { errs[i] = p.Shutdown(ctx) })
 	}
 	wg.Wait()
-	m.closeAll()
-	return nil
+	return errors.Join(append(errs, m.closeAll())...)
 }
 
-// closeAll stops everything that is still running, without draining.
-func (m *Mesh) closeAll() {
+// closeAll stops everything that is still running, without draining, and
+// returns the first failure of a background loop.
+func (m *Mesh) closeAll() error {
 	for _, p := range m.proxies {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
@@ -274,12 +257,14 @@ func (m *Mesh) closeAll() {
 	if m.echo != nil {
 		m.echo.Close()
 	}
-	if m.cancel != nil {
-		m.cancel()
-	}
-	m.wg.Wait()
+	err := m.run.Stop()
 	m.ports.Shutdown(context.Background())
+	return err
 }
+
+// Done is closed when a background loop failed: the mesh must shut down,
+// and Shutdown returns that failure.
+func (m *Mesh) Done() <-chan struct{} { return m.run.Failed() }
 
 // banner prints every listener and commands to try.
 func (m *Mesh) banner() {

@@ -27,6 +27,7 @@ import (
 	"github.com/gozt/gozt/cmd/gozt/internal/admin"
 	"github.com/gozt/gozt/cmd/gozt/internal/envconfig"
 	"github.com/gozt/gozt/cmd/gozt/internal/explain"
+	"github.com/gozt/gozt/cmd/gozt/internal/runner"
 	"github.com/gozt/gozt/hbone"
 	"github.com/gozt/gozt/proxy"
 	"github.com/gozt/gozt/proxy/connmgr"
@@ -78,7 +79,7 @@ type Node struct {
 	registry  *prometheus.Registry
 	quit      chan struct{}
 	quitOnce  sync.Once
-	run       *runner
+	run       *runner.Runner
 }
 
 // Start builds every component from opts.Env, binds the listeners and
@@ -112,7 +113,7 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 	} else {
 		n.ready = admin.NewReadiness(blockState, blockProxy)
 	}
-	n.run = newRunner()
+	n.run = runner.New()
 	built := n // the named result is nil on an error return; clean up what was built
 	defer func() {
 		if err != nil {
