@@ -158,7 +158,9 @@ type Proxy struct {
 	listeners map[string]net.Listener // by name: outbound, plaintext, inbound, socks5
 	// conns holds the accepted connections, for drain and force close, each
 	// with the istio_tcp_sockets_open gauge of its reporter.
-	conns   map[net.Conn]prometheus.Gauge
+	conns map[net.Conn]prometheus.Gauge
+	// closing is set by forceClose: connections accepted after it are
+	// closed at once (during the graceful drain they are still served).
 	closing bool
 
 	wg sync.WaitGroup // accept loops and connection handlers
@@ -430,7 +432,7 @@ func (p *Proxy) handOff(down, up net.Conn, finish func(relay.Result, error)) {
 }
 
 // track registers an accepted connection and counts it in open; it reports
-// whether the proxy is still accepting.
+// false once the proxy has force-closed its connections.
 func (p *Proxy) track(c net.Conn, open prometheus.Gauge) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -470,9 +472,10 @@ func (p *Proxy) closeListeners() {
 // done, then force-closes the rest (SPEC §8.4). HBONE server connections get
 // a graceful GOAWAY. It returns once every connection has ended.
 func (p *Proxy) Shutdown(ctx context.Context) error {
-	p.mu.Lock()
-	p.closing = true
-	p.mu.Unlock()
+	// A connection Accept returned just before the listeners closed is still
+	// served, inside the drain: only forceClose stops tracking, so a client
+	// the kernel accepted never sees its connection closed unserved (an
+	// upgrade overlap, where the new gozt takes every later connection).
 	p.closeListeners()
 
 	drained := make(chan struct{})
@@ -515,6 +518,7 @@ func (p *Proxy) forceClose() {
 	p.cancel()
 	p.hbone.Close()
 	p.mu.Lock()
+	p.closing = true
 	for c := range p.conns {
 		c.Close()
 	}
