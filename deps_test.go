@@ -38,18 +38,20 @@ var allowed = map[string][]string{
 		"proxy/inpod", "hbone", "rbac", "certs", "certs/identity"},
 	"bench": {"proxy", "proxy/state", "proxy/relay", "proxy/sockopt", "proxy/inpod", "hbone", "rbac",
 		"certs", "certs/identity", "certs/localca", "xds", "xds/xdsserver"},
-	"tools":  {},
-	"istiod": {},
+	"tools":           {},
+	"istiod":          {},
+	"internal/nstest": {},
 }
 
 // stdlibOnly packages may import nothing outside the standard library, except
 // the listed third-party paths.
 var stdlibOnly = map[string][]string{
-	"certs/identity": {"github.com/spiffe/go-spiffe/v2/spiffeid"},
-	"istiod":         nil,
-	"rbac":           nil,
-	"proxy/relay":    {"golang.org/x/sys/unix"},
-	"proxy/sockopt":  {"golang.org/x/sys/unix"},
+	"certs/identity":  {"github.com/spiffe/go-spiffe/v2/spiffeid"},
+	"istiod":          nil,
+	"internal/nstest": {"golang.org/x/sys/unix"},
+	"rbac":            nil,
+	"proxy/relay":     {"golang.org/x/sys/unix"},
+	"proxy/sockopt":   {"golang.org/x/sys/unix"},
 }
 
 type listedPackage struct {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/gozt/gozt/certs/istioca/istiocatest"
 	"github.com/gozt/gozt/certs/localca"
+	"github.com/gozt/gozt/internal/nstest"
 	"github.com/gozt/gozt/proxy/inpod"
 	"github.com/gozt/gozt/proxy/inpod/inpodtest"
 	"github.com/gozt/gozt/proxy/sockopt"
@@ -56,7 +57,7 @@ const (
 // container's mount namespace is made by unshare(1) and the capabilities
 // are set by setpriv(1), both from util-linux.
 func TestChartStartsGozt(t *testing.T) {
-	requireRoot(t)
+	nstest.RequireRoot(t, "ip", "unshare", "setpriv", "mount", "sh")
 	bin := goztBinary(t)
 	for _, tc := range []struct {
 		name string
@@ -69,24 +70,6 @@ func TestChartStartsGozt(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) { runDaemonSet(t, bin, tc.ds()) })
 	}
-}
-
-// requireRoot skips a test that needs root loudly, and fails it when
-// GOZT_REQUIRE_ROOT=1 (CI), so a skip never passes for green.
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() == 0 {
-		for _, tool := range []string{"ip", "unshare", "setpriv", "mount", "sh"} {
-			if _, err := exec.LookPath(tool); err != nil {
-				t.Fatalf("this test needs %s (iproute2, util-linux): %v", tool, err)
-			}
-		}
-		return
-	}
-	if os.Getenv("GOZT_REQUIRE_ROOT") == "1" {
-		t.Fatal("GOZT_REQUIRE_ROOT=1 but not running as root: the DaemonSet tests cannot run")
-	}
-	t.Skip("SKIPPING DAEMONSET TEST: needs root (network and mount namespaces, capabilities); CI runs it with GOZT_REQUIRE_ROOT=1")
 }
 
 // istiod is the fake control plane inside a node's network namespace.

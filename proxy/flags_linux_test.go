@@ -16,6 +16,7 @@ import (
 	"github.com/gozt/gozt/certs/identity"
 	"github.com/gozt/gozt/certs/localca"
 	"github.com/gozt/gozt/hbone"
+	"github.com/gozt/gozt/internal/nstest"
 	"github.com/gozt/gozt/proxy/sockopt"
 	"github.com/gozt/gozt/proxy/state"
 )
@@ -32,12 +33,7 @@ func (c caCerts) Get(ctx context.Context, id identity.Identity) (*certs.Cert, er
 // 15008", with flag NETWORK_POLICY (SPEC §2.1). The peer is an address
 // whose SYNs a DROP rule swallows, inside a namespace of the test's.
 func TestHBONEConnectTimeoutFlag(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("GOZT_REQUIRE_ROOT") == "1" {
-			t.Fatal("GOZT_REQUIRE_ROOT=1 but not running as root")
-		}
-		t.Skip("SKIPPING NAMESPACED TEST: needs root; CI runs it with GOZT_REQUIRE_ROOT=1")
-	}
+	nstest.RequireRoot(t, "ip", "iptables")
 	ns := fmt.Sprintf("gozt-flag%d", os.Getpid())
 	run := func(args ...string) {
 		t.Helper()

@@ -10,25 +10,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
-)
 
-// requireRoot skips a namespaced (tier-3) test loudly when not root, and
-// fails it when GOZT_REQUIRE_ROOT=1 (CI), so a skip never passes for green.
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() == 0 {
-		for _, tool := range []string{"ip", "iptables", "curl"} {
-			if _, err := exec.LookPath(tool); err != nil {
-				t.Fatalf("namespaced test needs %s (make test-deps installs it): %v", tool, err)
-			}
-		}
-		return
-	}
-	if os.Getenv("GOZT_REQUIRE_ROOT") == "1" {
-		t.Fatal("GOZT_REQUIRE_ROOT=1 but not running as root: namespaced tests cannot run")
-	}
-	t.Skip("SKIPPING NAMESPACED TEST: needs root (network namespaces, iptables); CI runs it with GOZT_REQUIRE_ROOT=1")
-}
+	"github.com/gozt/gozt/internal/nstest"
+)
 
 func mustRun(t *testing.T, name string, args ...string) string {
 	t.Helper()
@@ -56,7 +40,7 @@ func newNetns(t *testing.T) string {
 // demo echo backend through HBONE with the client's IP preserved, and
 // SIGTERM must drain and exit 0.
 func TestLocalDemoWithCapture(t *testing.T) {
-	requireRoot(t)
+	nstest.RequireRoot(t, "ip", "iptables", "curl")
 	bin := filepath.Join(t.TempDir(), "gozt")
 	mustRun(t, "go", "build", "-o", bin, ".")
 	ns := newNetns(t)

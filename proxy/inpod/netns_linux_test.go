@@ -10,36 +10,17 @@ import (
 	"runtime"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gozt/gozt/internal/nstest"
 	"github.com/gozt/gozt/proxy/inpod"
 )
 
 // Root-only tests: real network namespaces made with ip(8). Without root
 // they skip with a loud message, unless GOZT_REQUIRE_ROOT=1 (CI), where
 // they fail.
-
-// requireRoot skips or fails t when it cannot make network namespaces.
-func requireRoot(t *testing.T) {
-	t.Helper()
-	missing := ""
-	if os.Geteuid() != 0 {
-		missing = "root"
-	} else if _, err := exec.LookPath("ip"); err != nil {
-		missing = "ip"
-	}
-	if missing == "" {
-		return
-	}
-	const why = "ROOT-ONLY NAMESPACE TEST %s: needs %s (run as root after `make test-deps`)"
-	if os.Getenv("GOZT_REQUIRE_ROOT") == "1" {
-		t.Fatalf("FAILING "+why+" and GOZT_REQUIRE_ROOT=1", t.Name(), missing)
-	}
-	t.Skipf("SKIPPING "+why+"; GOZT_REQUIRE_ROOT=1 makes this a failure", t.Name(), missing)
-}
 
 // newNetns makes a named network namespace with loopback up, deleted at
 // cleanup, and returns its path.
@@ -82,35 +63,6 @@ func inodeOf(path string) (uint64, error) {
 	return st.Ino, nil
 }
 
-// socketNetns returns the inode of the network namespace socket c belongs
-// to (SIOCGSKNS).
-func socketNetns(c syscall.Conn) (uint64, error) {
-	rc, err := c.SyscallConn()
-	if err != nil {
-		return 0, err
-	}
-	var ino uint64
-	var opErr error
-	err = rc.Control(func(fd uintptr) {
-		nsfd, err := unix.IoctlRetInt(int(fd), unix.SIOCGSKNS)
-		if err != nil {
-			opErr = fmt.Errorf("SIOCGSKNS: %w", err)
-			return
-		}
-		defer unix.Close(nsfd)
-		var st unix.Stat_t
-		if err := unix.Fstat(nsfd, &st); err != nil {
-			opErr = err
-			return
-		}
-		ino = st.Ino
-	})
-	if err != nil {
-		return 0, err
-	}
-	return ino, opErr
-}
-
 // listenIn makes a TCP listener inside ns and returns it with the netns
 // inode fn saw on its thread.
 func listenIn(ns *inpod.Netns) (net.Listener, uint64, error) {
@@ -130,7 +82,7 @@ func listenIn(ns *inpod.Netns) (net.Listener, uint64, error) {
 // checkListenerNetns checks that l's socket is in the namespace with inode
 // want.
 func checkListenerNetns(l net.Listener, want uint64) error {
-	got, err := socketNetns(l.(*net.TCPListener))
+	got, err := nstest.SocketNetns(l.(*net.TCPListener))
 	if err != nil {
 		return err
 	}
@@ -152,7 +104,7 @@ func (p *listenerPod) Stop() { p.l.Close() }
 // Netns whose Run puts sockets in that pod's namespace, not the host's or
 // the other pod's.
 func TestStartInPodNetns(t *testing.T) {
-	requireRoot(t)
+	nstest.RequireRoot(t, "ip")
 	paths := []string{newNetns(t), newNetns(t)}
 	var mu sync.Mutex
 	pods := map[string]*listenerPod{}
@@ -207,7 +159,7 @@ func TestStartInPodNetns(t *testing.T) {
 // namespaces at once; each socket lands in its own namespace, and
 // afterwards no thread of the process is left in a foreign one.
 func TestRunConcurrentManyNetns(t *testing.T) {
-	requireRoot(t)
+	nstest.RequireRoot(t, "ip")
 	const nsCount, workers, rounds = 6, 32, 8
 	host := statInode(t, "/proc/self/ns/net")
 	var nss []*inpod.Netns

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gozt/gozt/internal/nstest"
 	"github.com/gozt/gozt/proxy/sockopt"
 )
 
@@ -159,7 +160,7 @@ func benchDialLocal(b *testing.B, warmup int) {
 }
 
 func benchDialNonlocal(b *testing.B, warmup int) {
-	requireRoot(b, "ip", "iptables")
+	nstest.RequireRoot(b, "ip", "iptables")
 	proxy, server := newSpoofPair(b)
 	var ln net.Listener
 	server.in(b, func() (err error) {

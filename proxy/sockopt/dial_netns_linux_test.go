@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gozt/gozt/internal/nstest"
 	"github.com/gozt/gozt/proxy/sockopt"
 )
 
@@ -26,33 +27,11 @@ func (ns netns) inNetnsFunc() func(fn func() error) error {
 // to (SIOCGSKNS).
 func socketNetns(t *testing.T, c syscall.Conn) uint64 {
 	t.Helper()
-	ino, err := socketNetnsIno(c)
+	ino, err := nstest.SocketNetns(c)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return ino
-}
-
-func socketNetnsIno(c syscall.Conn) (uint64, error) {
-	rc, err := c.SyscallConn()
-	if err != nil {
-		return 0, err
-	}
-	var ino uint64
-	var opErr error
-	err = rc.Control(func(fd uintptr) {
-		nsfd, err := unix.IoctlRetInt(int(fd), unix.SIOCGSKNS)
-		if err != nil {
-			opErr = fmt.Errorf("SIOCGSKNS: %w", err)
-			return
-		}
-		defer unix.Close(nsfd)
-		var st unix.Stat_t
-		if opErr = unix.Fstat(nsfd, &st); opErr == nil {
-			ino = st.Ino
-		}
-	})
-	return ino, errors.Join(err, opErr)
 }
 
 // sockoptInt reads an integer socket option of c.
@@ -84,7 +63,7 @@ func control(t *testing.T, c syscall.Conn, fn func(fd int)) {
 // there (IsLocal was asked in the right namespace), TCP_NODELAY and the
 // keep-alive are set as net.Dialer sets them, and bytes flow both ways.
 func TestDialInNetns(t *testing.T) {
-	requireRoot(t, "ip", "iptables")
+	nstest.RequireRoot(t, "ip", "iptables")
 	proxy, server := newSpoofPair(t)
 	host := netnsInode(t)
 	proxyIno := statIno(t, proxy.path)
@@ -145,7 +124,7 @@ func TestDialInNetns(t *testing.T) {
 // the host cannot reach, over IPv4 and IPv6, with a plain net.Dialer
 // (keep-alive off) and a source port bound by LocalAddr.
 func TestDialInNetnsLoopback(t *testing.T) {
-	requireRoot(t, "ip")
+	nstest.RequireRoot(t, "ip")
 	ns := newNetns(t)
 	for _, addr := range []string{"127.0.0.1:0", "[::1]:0"} {
 		t.Run(addr, func(t *testing.T) {
@@ -175,7 +154,7 @@ func TestDialInNetnsLoopback(t *testing.T) {
 // from others by it), timeouts that report Timeout, cancellation, and the
 // error of inNetns itself.
 func TestDialInNetnsErrors(t *testing.T) {
-	requireRoot(t, "ip")
+	nstest.RequireRoot(t, "ip")
 	ns := newNetns(t)
 	// Packets to 10.99.3.2 go out on a veth, to a MAC address nobody has,
 	// and vanish: a connect there waits until it is stopped.
@@ -257,7 +236,7 @@ func isTimeout(err error) bool {
 // socket lands in the namespace and afterwards no thread of the process is
 // left in it.
 func TestDialInNetnsConcurrent(t *testing.T) {
-	requireRoot(t, "ip")
+	nstest.RequireRoot(t, "ip")
 	ns := newNetns(t)
 	want := statIno(t, ns.path)
 	ln := ns.listen(t, "127.0.0.1:0")
@@ -285,7 +264,7 @@ func TestDialInNetnsConcurrent(t *testing.T) {
 					errs <- err
 					continue
 				}
-				if got, err := socketNetnsIno(c); err != nil || got != want {
+				if got, err := nstest.SocketNetns(c); err != nil || got != want {
 					errs <- fmt.Errorf("socket in netns %d (%v), want %d", got, err, want)
 				}
 				c.Close()

@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gozt/gozt/internal/nstest"
 	"github.com/gozt/gozt/proxy/sockopt"
 )
 
@@ -137,7 +138,7 @@ func TestDialerSourceOptions(t *testing.T) {
 		src := netip.MustParseAddr(tc.src)
 		v6 := tc.network == "tcp6"
 		t.Run(tc.network+"/privileged", func(t *testing.T) {
-			requireRoot(t)
+			nstest.RequireRoot(t)
 			var got sourceOpts
 			_, s := loopbackConn(t, tc.network, tc.listen, recordSourceOptions(sockopt.Dialer(src, sockopt.Options{}), v6, &got))
 			if want := (sourceOpts{1, 1, 1}); got != want {

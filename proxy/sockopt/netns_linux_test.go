@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gozt/gozt/internal/nstest"
 	"github.com/gozt/gozt/proxy/sockopt"
 )
 
@@ -24,31 +25,6 @@ import (
 // need root and the ip/iptables tools; without them they skip with a loud
 // message, unless GOZT_REQUIRE_ROOT=1 (CI), where they fail.
 
-// requireRoot skips or fails t when it cannot run namespace tests.
-func requireRoot(t testing.TB, tools ...string) {
-	t.Helper()
-	missing := ""
-	if os.Geteuid() != 0 {
-		missing = "root"
-	} else {
-		for _, tool := range tools {
-			if _, err := exec.LookPath(tool); err != nil {
-				missing = tool
-				break
-			}
-		}
-	}
-	if missing == "" {
-		return
-	}
-	const why = "ROOT-ONLY NAMESPACE TEST %s: needs %s (run as root after `make test-deps`)"
-	if os.Getenv("GOZT_REQUIRE_ROOT") == "1" {
-		t.Fatalf("FAILING "+why+" and GOZT_REQUIRE_ROOT=1", t.Name(), missing)
-	}
-	t.Skipf("SKIPPING "+why+"; GOZT_REQUIRE_ROOT=1 makes this a failure", t.Name(), missing)
-}
-
-// run runs a command and fails t with its output if it fails.
 func run(t testing.TB, args ...string) {
 	t.Helper()
 	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
@@ -172,7 +148,7 @@ func checkEcho(t *testing.T, c *net.TCPConn, s net.Conn, msg string) {
 // and IPv6 listeners and for IPv4 traffic on a dual-stack listener (an
 // IPv4-mapped socket).
 func TestOriginalDstRedirected(t *testing.T) {
-	requireRoot(t, "ip", "iptables", "ip6tables")
+	nstest.RequireRoot(t, "ip", "iptables", "ip6tables")
 	client, server := newNetns(t), newNetns(t)
 	link(t, client, []string{"10.99.1.1/24", "fd00:99:1::1/64"}, server, []string{"10.99.1.2/24", "fd00:99:1::2/64"})
 
@@ -284,7 +260,7 @@ func newSpoofPair(t testing.TB) (proxy, server netns) {
 // interface has (10.99.0.5) and checks that the server in another netns
 // sees that address, with newSpoofPair's istio-cni-like routing.
 func TestDialerSpoofsSource(t *testing.T) {
-	requireRoot(t, "ip", "iptables")
+	nstest.RequireRoot(t, "ip", "iptables")
 	proxy, server := newSpoofPair(t)
 
 	spoofed := netip.MustParseAddr("10.99.0.5")
@@ -320,7 +296,7 @@ func TestDialerSpoofsSource(t *testing.T) {
 // is untouched, sockets made inside belong to the namespace, and fn's error
 // and panic come back to the caller.
 func TestInNetns(t *testing.T) {
-	requireRoot(t, "ip")
+	nstest.RequireRoot(t, "ip")
 	ns := newNetns(t)
 	outside := netnsInode(t)
 
@@ -368,7 +344,7 @@ func TestInNetns(t *testing.T) {
 // InNetnsFDHome, which must run fn in the namespace, return its error and
 // panic, and leave every thread of the process at home.
 func TestInNetnsFDHome(t *testing.T) {
-	requireRoot(t, "ip")
+	nstest.RequireRoot(t, "ip")
 	ns := newNetns(t)
 	outside := netnsInode(t)
 	nsFile, err := os.Open(ns.path)
@@ -485,7 +461,7 @@ func netnsInode(t *testing.T) uint64 {
 // IP_TRANSPARENT (IPV6_TRANSPARENT) set and reports it, and that SO_MARK
 // lands on the socket.
 func TestTransparentListener(t *testing.T) {
-	requireRoot(t)
+	nstest.RequireRoot(t)
 	for _, addr := range []string{"127.0.0.1:0", "[::1]:0", "[::]:0"} {
 		t.Run(addr, func(t *testing.T) {
 			if probe, err := net.Listen("tcp", addr); err != nil {
@@ -608,7 +584,7 @@ func withoutNetAdmin(t *testing.T, fn func()) {
 // thread's namespace: the address is local only with the zone of the
 // interface that has it.
 func TestIsLocalLinkLocal(t *testing.T) {
-	requireRoot(t, "ip")
+	nstest.RequireRoot(t, "ip")
 	a, b := newNetns(t), newNetns(t)
 	ifA, _ := link(t, a, []string{"fe80::99:1/64"}, b, []string{"fe80::99:2/64"})
 	a.in(t, func() error {

@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gozt/gozt/internal/nstest"
 	"github.com/gozt/gozt/proxy/sockopt"
 )
 
@@ -33,24 +34,6 @@ import (
 // The gozt under test runs in the test process; its pod sockets are created
 // inside the pod namespaces, which is what makes the traffic real.
 
-// requireRootTools fails the test when GOZT_REQUIRE_ROOT=1 and it cannot run
-// as root with ip and iptables-restore, and otherwise skips it loudly.
-func requireRootTools(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() == 0 {
-		for _, tool := range []string{"ip", "iptables-restore"} {
-			if _, err := exec.LookPath(tool); err != nil {
-				t.Fatalf("namespaced test needs %s (make test-deps installs it): %v", tool, err)
-			}
-		}
-		return
-	}
-	if os.Getenv("GOZT_REQUIRE_ROOT") == "1" {
-		t.Fatal("GOZT_REQUIRE_ROOT=1 but not running as root: namespaced tests cannot run")
-	}
-	t.Skip("SKIPPING NAMESPACED TEST: needs root (network namespaces, iptables); CI runs it with GOZT_REQUIRE_ROOT=1")
-}
-
 var meshSeq atomic.Int32
 
 // meshNet is one test's set of namespaces; every one is deleted at cleanup,
@@ -62,7 +45,7 @@ type meshNet struct {
 
 func newMeshNet(t *testing.T) *meshNet {
 	t.Helper()
-	requireRootTools(t)
+	nstest.RequireRoot(t, "ip", "iptables-restore")
 	return &meshNet{t: t, prefix: fmt.Sprintf("gz%d%d", os.Getpid()%1000, meshSeq.Add(1))}
 }
 
@@ -333,24 +316,9 @@ func netnsInodeOfThread(t *testing.T) uint64 {
 	return ino
 }
 
-// socketNetnsInode is the inode of the network namespace a socket belongs
-// to (SIOCGSKNS), whichever thread asks.
+// socketNetnsInode is the inode of the network namespace a listener belongs
+// to, or 0.
 func socketNetnsInode(l net.Listener) uint64 {
-	rc, err := l.(*net.TCPListener).SyscallConn()
-	if err != nil {
-		return 0
-	}
-	var ino uint64
-	rc.Control(func(fd uintptr) {
-		nsfd, err := unix.IoctlRetInt(int(fd), unix.SIOCGSKNS)
-		if err != nil {
-			return
-		}
-		defer unix.Close(nsfd)
-		var st unix.Stat_t
-		if unix.Fstat(nsfd, &st) == nil {
-			ino = st.Ino
-		}
-	})
+	ino, _ := nstest.SocketNetns(l.(*net.TCPListener))
 	return ino
 }

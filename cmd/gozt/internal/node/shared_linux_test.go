@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"log/slog"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -22,6 +23,7 @@ import (
 	"github.com/gozt/gozt/certs/localca"
 	"github.com/gozt/gozt/cmd/gozt/internal/envconfig"
 	"github.com/gozt/gozt/hbone"
+	"github.com/gozt/gozt/internal/nstest"
 	"github.com/gozt/gozt/proxy/inpod"
 	"github.com/gozt/gozt/proxy/inpod/inpodtest"
 	"github.com/gozt/gozt/proxy/sockopt"
@@ -65,6 +67,9 @@ func (cp *controlPlane) startShared(t *testing.T, name string, extra ...string) 
 		t.Fatalf("PROXY_MODE unset gave mode %q, want shared", env.ProxyMode)
 	}
 	opts := Options{Env: env, AdminAddr: "127.0.0.1:0", MetricsAddr: "127.0.0.1:0", ReadinessAddr: "127.0.0.1:0"}
+	if os.Getenv("GOZT_TEST_DEBUG") != "" {
+		opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("node", name)
+	}
 	if env.PodName != "" {
 		opts.BindAddr = netip.MustParseAddr(selfIP) // the self-proxy's 15008
 	}
@@ -617,7 +622,7 @@ func TestSharedModeUpgrade(t *testing.T) {
 // snapshot, SPEC §9) is NACKed and stops gozt: Done closes and Shutdown
 // returns the error, which main turns into exit status 1.
 func TestSharedModeProtocolError(t *testing.T) {
-	requireRootTools(t)
+	nstest.RequireRoot(t, "ip", "iptables-restore")
 	cp := newControlPlane(t)
 	n := cp.startShared(t, "node1")
 	n.snapshotSent(t)
@@ -642,7 +647,7 @@ const selfIP = "127.77.0.1"
 // set, shared mode serves gozt's own identity on 15008 in its own netns
 // after the first xDS sync (SPEC §1.3), and never preserves the client's IP.
 func TestSharedModeSelfProxy(t *testing.T) {
-	requireRootTools(t)
+	nstest.RequireRoot(t, "ip", "iptables-restore")
 	cp := newControlPlane(t)
 	self := meshWorkload("ztunnel-abc", selfIP, "node1")
 	self.Namespace, self.ServiceAccount, self.Uid = "istio-system", "ztunnel", "Kubernetes//Pod/istio-system/ztunnel-abc"
