@@ -1,11 +1,14 @@
 package deploy
 
 import (
+	"archive/tar"
 	"bytes"
+	"errors"
 	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +20,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/engine"
@@ -422,8 +426,10 @@ var built struct {
 	err  error
 }
 
-// goztBinary builds gozt as `make image` does (static, -trimpath) once per
-// test binary.
+// goztBinary returns, once per test binary, the gozt the image holds: it
+// builds gozt as `make image` does (static, -trimpath), packs it with
+// deploy/image into an image archive, and unpacks /usr/local/bin/gozt from
+// that archive's layer, so the DaemonSet tests run the image's own binary.
 func goztBinary(t *testing.T) string {
 	t.Helper()
 	built.once.Do(func() {
@@ -431,18 +437,69 @@ func goztBinary(t *testing.T) string {
 		if built.err != nil {
 			return
 		}
-		built.bin = filepath.Join(built.dir, "gozt")
-		cmd := exec.Command("go", "build", "-trimpath", "-o", built.bin, "./cmd/gozt")
-		cmd.Dir = ".."
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			built.err = fmt.Errorf("go build ./cmd/gozt: %v\n%s", err, out)
+		raw, archive := filepath.Join(built.dir, "gozt-build"), filepath.Join(built.dir, "image.tar")
+		steps := [][]string{
+			{"go", "build", "-trimpath", "-o", raw, "./cmd/gozt"},
+			{"go", "run", "./deploy/image", "-bin", raw, "-o", archive},
 		}
+		for _, args := range steps {
+			cmd := exec.Command(args[0], args[1:]...)
+			cmd.Dir = ".."
+			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				built.err = fmt.Errorf("%s: %v\n%s", strings.Join(args, " "), err, out)
+				return
+			}
+		}
+		built.bin = filepath.Join(built.dir, "gozt")
+		built.err = unpackEntrypoint(archive, built.bin)
 	})
 	if built.err != nil {
 		t.Fatal(built.err)
 	}
 	return built.bin
+}
+
+// unpackEntrypoint writes the image's /usr/local/bin/gozt, read from the
+// archive's layers, to dst.
+func unpackEntrypoint(archive, dst string) error {
+	img, err := tarball.ImageFromPath(archive, nil)
+	if err != nil {
+		return fmt.Errorf("read image archive: %w", err)
+	}
+	layers, err := img.Layers()
+	if err != nil {
+		return err
+	}
+	for _, l := range layers {
+		rc, err := l.Uncompressed()
+		if err != nil {
+			return err
+		}
+		tr := tar.NewReader(rc)
+		for {
+			h, err := tr.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				rc.Close()
+				return err
+			}
+			if strings.TrimPrefix(h.Name, "/") != "usr/local/bin/gozt" || h.Typeflag != tar.TypeReg {
+				continue
+			}
+			f, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
+			if err == nil {
+				_, err = io.Copy(f, tr)
+				err = errors.Join(err, f.Close())
+			}
+			rc.Close()
+			return err
+		}
+		rc.Close()
+	}
+	return errors.New("image archive has no /usr/local/bin/gozt")
 }
 
 func TestMain(m *testing.M) {
