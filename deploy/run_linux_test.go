@@ -1,10 +1,12 @@
 package deploy
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -20,8 +22,11 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/gozt/gozt/certs"
+	"github.com/gozt/gozt/certs/identity"
 	"github.com/gozt/gozt/certs/istioca/istiocatest"
 	"github.com/gozt/gozt/certs/localca"
+	"github.com/gozt/gozt/hbone"
 	"github.com/gozt/gozt/internal/nstest"
 	"github.com/gozt/gozt/proxy/inpod"
 	"github.com/gozt/gozt/proxy/inpod/inpodtest"
@@ -165,6 +170,7 @@ func runDaemonSet(t *testing.T, bin string, ds *appsv1.DaemonSet) {
 		t.Errorf("GET %s = %d, want 200 with one active pod proxy:\n%.2000s", metrics, code, body)
 	}
 	checkPodListener(t, podPath, "spiffe://cluster.local/ns/demo/sa/app")
+	checkPodTraffic(t, cp, podPath, p)
 	checkCSRs(t, cp, p)
 	p.stop(t, ds)
 }
@@ -523,6 +529,66 @@ func checkPodListener(t *testing.T, podPath, wantID string) {
 			}
 		}
 		t.Errorf("the pod's 15008 presented %v, want %s", got, wantID)
+	}
+}
+
+// checkPodTraffic carries bytes through the chart-run gozt: an HBONE CONNECT
+// with a mesh client's certificate to the pod's 15008 reaches an echo app
+// inside the pod, and 256 KiB of seeded random bytes come back intact.
+func checkPodTraffic(t *testing.T, cp *istiod, podPath string, p *proc) {
+	t.Helper()
+	var conn net.Conn
+	var lis net.Listener
+	err := sockopt.InNetns(podPath, func() (err error) {
+		if lis, err = net.Listen("tcp", net.JoinHostPort(appIP, "8080")); err != nil {
+			return err
+		}
+		conn, err = net.DialTimeout("tcp", net.JoinHostPort(appIP, "15008"), 2*time.Second)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("pod sockets: %v", err)
+	}
+	defer lis.Close()
+	defer conn.Close()
+	go func() {
+		if up, err := lis.Accept(); err == nil {
+			io.Copy(up, up)
+			up.Close()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cert, err := cp.ca.Issue(ctx, identity.Identity{TrustDomain: "cluster.local", Namespace: "demo", ServiceAccount: "client"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := tls.Client(conn, certs.ClientConfig(cert, []string{"spiffe://cluster.local/ns/demo/sa/app"}))
+	if err := tc.HandshakeContext(ctx); err != nil {
+		t.Fatalf("mTLS with the pod's 15008: %v\n%s", err, p.logs())
+	}
+	cc, err := hbone.NewClientConn(ctx, tc, hbone.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	s, err := cc.Connect(ctx, net.JoinHostPort(appIP, "8080"), nil)
+	if err != nil {
+		t.Fatalf("CONNECT through the chart-run gozt: %v\n%s", err, p.logs())
+	}
+	defer s.Close()
+	payload := make([]byte, 256<<10)
+	r := rand.New(rand.NewPCG(15, 8))
+	for i := range payload {
+		payload[i] = byte(r.Uint32())
+	}
+	go func() {
+		s.Write(payload)
+		s.CloseWrite()
+	}()
+	got, err := io.ReadAll(s)
+	if err != nil || !bytes.Equal(got, payload) {
+		t.Errorf("echo through the pod: %d of %d bytes back, equal %v, err %v", len(got), len(payload), bytes.Equal(got, payload), err)
 	}
 }
 
