@@ -193,58 +193,32 @@ func dialFrom(t *testing.T, p pod, addr string) (net.Conn, error) {
 }
 
 // app is an echo server inside a pod that records each client's address.
-type app struct {
-	mu      sync.Mutex
-	sources []string
-}
+type app struct{ sources func() []string }
 
 // startApp listens on port inside p and echoes every connection, half-close
 // included.
 func startApp(t *testing.T, p pod, port int) *app {
 	t.Helper()
-	a := &app{}
 	var ln net.Listener
 	inPod(t, p, func() (err error) {
 		ln, err = net.Listen("tcp", fmt.Sprintf(":%d", port))
 		return err
 	})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			a.mu.Lock()
-			a.sources = append(a.sources, c.RemoteAddr().(*net.TCPAddr).IP.String())
-			a.mu.Unlock()
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer c.Close()
-				io.Copy(c, c)
-				c.(*net.TCPConn).CloseWrite()
-			}()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		wg.Wait()
-	})
-	return a
+	return &app{sources: serveEcho(t, ln)}
 }
 
 // last returns the source IP of the app's latest connection.
 func (a *app) last() string {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if len(a.sources) == 0 {
+	s := a.sources()
+	if len(s) == 0 {
 		return ""
 	}
-	return a.sources[len(a.sources)-1]
+	host, _, _ := net.SplitHostPort(s[len(s)-1])
+	return host
 }
+
+// count returns how many connections the app accepted.
+func (a *app) count() int { return len(a.sources()) }
 
 // exchange sends size seeded random bytes on c, half-closes, and checks that
 // the same bytes come back through the echo app, in full and in order.
@@ -288,13 +262,6 @@ func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-}
-
-// count returns how many connections the app accepted.
-func (a *app) count() int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return len(a.sources)
 }
 
 // threadNetnsInode is the inode of the calling thread's network namespace;

@@ -96,6 +96,12 @@ func echo(t *testing.T, addr string) func() []string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return serveEcho(t, ln)
+}
+
+// serveEcho echoes every connection ln accepts until the test ends, and
+// returns a func listing the clients' addresses so far.
+func serveEcho(t *testing.T, ln net.Listener) func() []string {
 	var mu sync.Mutex
 	var sources []string
 	var wg sync.WaitGroup
