@@ -18,6 +18,7 @@ import (
 	"net/url"
 	"os"
 	"sync"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -72,6 +73,7 @@ type Node struct {
 	// proxy is dedicated mode's one proxy; pods are shared mode's.
 	proxy *proxy.Proxy
 	pods  *pods
+	self  atomic.Pointer[proxy.Proxy] // shared mode's self-proxy, once it listens
 	// findLocal finds the workload this dedicated proxy serves.
 	findLocal func(*state.Snapshot) *state.Workload
 	ready     *admin.Readiness
@@ -442,9 +444,14 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	if n.proxy != nil {
 		errs = append(errs, n.proxy.Shutdown(ctx))
 	}
+	var wg sync.WaitGroup
 	if n.pods != nil {
-		n.pods.shutdown(ctx)
+		wg.Go(func() { n.pods.shutdown(ctx) })
 	}
+	if self := n.self.Load(); self != nil {
+		wg.Go(func() { errs = append(errs, self.Shutdown(ctx)) })
+	}
+	wg.Wait()
 	errs = append(errs, n.closeAll())
 	return errors.Join(errs...)
 }

@@ -273,6 +273,7 @@ func (n *Node) selfProxy(ctx context.Context) error {
 	n.log.Info("self-proxy listening", "addr", p.Addrs()["inbound"].String())
 	served := make(chan error, 1)
 	go func() { served <- p.Serve() }()
+	n.self.Store(p) // Shutdown drains it with the pods
 	<-ctx.Done()
 	dctx, cancel := context.WithCancel(context.Background())
 	cancel()

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -666,7 +667,7 @@ func TestSharedModeSelfProxy(t *testing.T) {
 			return
 		}
 		seen <- c.RemoteAddr().(*net.TCPAddr).IP.String()
-		c.Write([]byte("hi"))
+		io.Copy(c, c)
 		c.Close()
 	}()
 
@@ -703,5 +704,20 @@ func TestSharedModeSelfProxy(t *testing.T) {
 		}
 	case <-ctx.Done():
 		t.Fatal("the self-proxy did not reach the target")
+	}
+
+	// SIGTERM drains the self-proxy like the pods' proxies: its open stream
+	// keeps working until it ends, and then Shutdown returns.
+	dctx, dcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer dcancel()
+	shut := make(chan error, 1)
+	go func() { shut <- n.Shutdown(dctx) }()
+	time.Sleep(200 * time.Millisecond)
+	if err := ping(s); err != nil {
+		t.Errorf("stream through the self-proxy during the drain: %v", err)
+	}
+	s.Close()
+	if err := <-shut; err != nil {
+		t.Errorf("Shutdown: %v", err)
 	}
 }
