@@ -110,8 +110,8 @@ func startIstiod(t *testing.T, nsPath string) *istiod {
 
 // runDaemonSet starts gozt as ds's container and checks it serves.
 func runDaemonSet(t *testing.T, bin string, ds *appsv1.DaemonSet) {
-	nodeNS := newNetns(t)
-	mustRun(t, "ip", "-n", nodeNS, "addr", "add", podIP+"/32", "dev", "lo")
+	nodeNS := nstest.NewNetns(t)
+	nstest.Run(t, "ip", "-n", nodeNS, "addr", "add", podIP+"/32", "dev", "lo")
 	nodePath := "/run/netns/" + nodeNS
 	cp := startIstiod(t, nodePath)
 
@@ -145,8 +145,8 @@ func runDaemonSet(t *testing.T, bin string, ds *appsv1.DaemonSet) {
 		Node: nodeName, Addresses: [][]byte{net.ParseIP(appIP).To4()}, TunnelProtocol: workloadapi.TunnelProtocol_HBONE,
 	}
 	cp.xds.PushWorkload(&app)
-	podNS := newNetns(t)
-	mustRun(t, "ip", "-n", podNS, "addr", "add", appIP+"/32", "dev", "lo")
+	podNS := nstest.NewNetns(t)
+	nstest.Run(t, "ip", "-n", podNS, "addr", "add", appIP+"/32", "dev", "lo")
 	podPath := "/run/netns/" + podNS
 	f, err := os.Open(podPath)
 	if err != nil {
@@ -606,22 +606,4 @@ func checkCSRs(t *testing.T, cp *istiod, p *proc) {
 				r.Identity, r.Authorization, r.ClusterID)
 		}
 	}
-}
-
-func mustRun(t *testing.T, name string, args ...string) {
-	t.Helper()
-	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
-		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
-	}
-}
-
-// newNetns creates a network namespace with loopback up, removed at
-// cleanup.
-func newNetns(t *testing.T) string {
-	t.Helper()
-	ns := fmt.Sprintf("gozt-d%d-%d", os.Getpid(), time.Now().UnixNano()%1000000)
-	mustRun(t, "ip", "netns", "add", ns)
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
-	mustRun(t, "ip", "-n", ns, "link", "set", "lo", "up")
-	return ns
 }

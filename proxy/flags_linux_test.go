@@ -2,10 +2,7 @@ package proxy
 
 import (
 	"context"
-	"fmt"
 	"net/netip"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -34,20 +31,12 @@ func (c caCerts) Get(ctx context.Context, id identity.Identity) (*certs.Cert, er
 // whose SYNs a DROP rule swallows, inside a namespace of the test's.
 func TestHBONEConnectTimeoutFlag(t *testing.T) {
 	nstest.RequireRoot(t, "ip", "iptables")
-	ns := fmt.Sprintf("gozt-flag%d", os.Getpid())
-	run := func(args ...string) {
-		t.Helper()
-		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
-			t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-	}
-	run("ip", "netns", "add", ns)
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
-	run("ip", "-n", ns, "link", "add", "v0", "type", "veth", "peer", "name", "v1")
-	run("ip", "-n", ns, "addr", "add", "10.9.9.1/24", "dev", "v0")
-	run("ip", "-n", ns, "link", "set", "v0", "up")
-	run("ip", "-n", ns, "link", "set", "v1", "up")
-	run("ip", "netns", "exec", ns, "iptables", "-A", "OUTPUT", "-d", "10.9.9.9", "-j", "DROP")
+	ns := nstest.NewNetns(t)
+	nstest.Run(t, "ip", "-n", ns, "link", "add", "v0", "type", "veth", "peer", "name", "v1")
+	nstest.Run(t, "ip", "-n", ns, "addr", "add", "10.9.9.1/24", "dev", "v0")
+	nstest.Run(t, "ip", "-n", ns, "link", "set", "v0", "up")
+	nstest.Run(t, "ip", "-n", ns, "link", "set", "v1", "up")
+	nstest.Run(t, "ip", "netns", "exec", ns, "iptables", "-A", "OUTPUT", "-d", "10.9.9.9", "-j", "DROP")
 
 	ca, err := localca.New(localca.Config{})
 	if err != nil {

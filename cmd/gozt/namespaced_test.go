@@ -2,8 +2,6 @@ package main
 
 import (
 	"bytes"
-	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -14,25 +12,6 @@ import (
 	"github.com/gozt/gozt/internal/nstest"
 )
 
-func mustRun(t *testing.T, name string, args ...string) string {
-	t.Helper()
-	out, err := exec.Command(name, args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
-	}
-	return string(out)
-}
-
-// newNetns creates a network namespace with loopback up, removed at cleanup.
-func newNetns(t *testing.T) string {
-	t.Helper()
-	ns := fmt.Sprintf("gozt-t%d-%d", os.Getpid(), time.Now().UnixNano()%100000)
-	mustRun(t, "ip", "netns", "add", ns)
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
-	mustRun(t, "ip", "-n", ns, "link", "set", "lo", "up")
-	return ns
-}
-
 // TestLocalDemoWithCapture runs the gozt binary's demo mesh in its own
 // network namespace, where an iptables rule captures connections to the
 // service VIP into the client workload's outbound port (15001), as
@@ -42,9 +21,9 @@ func newNetns(t *testing.T) string {
 func TestLocalDemoWithCapture(t *testing.T) {
 	nstest.RequireRoot(t, "ip", "iptables", "curl")
 	bin := filepath.Join(t.TempDir(), "gozt")
-	mustRun(t, "go", "build", "-o", bin, ".")
-	ns := newNetns(t)
-	mustRun(t, "ip", "netns", "exec", ns, "iptables", "-t", "nat", "-A", "OUTPUT", "-p", "tcp",
+	nstest.Run(t, "go", "build", "-o", bin, ".")
+	ns := nstest.NewNetns(t)
+	nstest.Run(t, "ip", "netns", "exec", ns, "iptables", "-t", "nat", "-A", "OUTPUT", "-p", "tcp",
 		"-d", "127.10.0.1", "--dport", "80", "-j", "DNAT", "--to-destination", "127.0.0.2:15001")
 
 	var stdout, stderr bytes.Buffer

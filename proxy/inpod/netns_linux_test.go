@@ -1,14 +1,10 @@
 package inpod_test
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"runtime"
-	"strings"
 	"sync"
 	"testing"
 
@@ -22,29 +18,8 @@ import (
 // they skip with a loud message, unless GOZT_REQUIRE_ROOT=1 (CI), where
 // they fail.
 
-// newNetns makes a named network namespace with loopback up, deleted at
-// cleanup, and returns its path.
-func newNetns(t *testing.T) string {
-	t.Helper()
-	b := make([]byte, 4)
-	rand.Read(b)
-	name := "gozt-inpod-" + hex.EncodeToString(b)
-	ipCmd(t, "netns", "add", name)
-	t.Cleanup(func() {
-		if out, err := exec.Command("ip", "netns", "del", name).CombinedOutput(); err != nil {
-			t.Errorf("ip netns del %s: %v\n%s", name, err, out)
-		}
-	})
-	ipCmd(t, "-n", name, "link", "set", "lo", "up")
-	return "/run/netns/" + name
-}
-
-func ipCmd(t *testing.T, args ...string) {
-	t.Helper()
-	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-		t.Fatalf("ip %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-}
+// newNetns makes a network namespace for the test and returns its path.
+func newNetns(t *testing.T) string { return "/run/netns/" + nstest.NewNetns(t) }
 
 func statInode(t *testing.T, path string) uint64 {
 	t.Helper()

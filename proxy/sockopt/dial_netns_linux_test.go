@@ -159,7 +159,7 @@ func TestDialInNetnsErrors(t *testing.T) {
 	// Packets to 10.99.3.2 go out on a veth, to a MAC address nobody has,
 	// and vanish: a connect there waits until it is stopped.
 	ifc, _ := link(t, ns, []string{"10.99.3.1/24"}, newNetns(t), nil)
-	run(t, "ip", "-n", ns.name, "neigh", "add", "10.99.3.2", "lladdr", "02:00:00:00:00:99", "dev", ifc, "nud", "permanent")
+	nstest.Run(t, "ip", "-n", ns.name, "neigh", "add", "10.99.3.2", "lladdr", "02:00:00:00:00:99", "dev", ifc, "nud", "permanent")
 	blackhole := netip.MustParseAddrPort("10.99.3.2:80")
 	refused := netip.MustParseAddrPort("127.0.0.1:1")
 	errInNetns := errors.New("no such pod")

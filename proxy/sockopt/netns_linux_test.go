@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"runtime"
 	"strings"
 	"syscall"
@@ -24,14 +23,6 @@ import (
 // Tier-3 tests: real network namespaces, veth pairs, iptables rules. They
 // need root and the ip/iptables tools; without them they skip with a loud
 // message, unless GOZT_REQUIRE_ROOT=1 (CI), where they fail.
-
-func run(t testing.TB, args ...string) {
-	t.Helper()
-	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-}
 
 // uniqueName returns prefix plus random hex, unique per run; at most 15
 // bytes with a short prefix, so it also fits interface names.
@@ -49,23 +40,14 @@ type netns struct {
 
 func newNetns(t testing.TB) netns {
 	t.Helper()
-	ns := netns{name: uniqueName("gozt-t-")}
-	ns.path = "/var/run/netns/" + ns.name
-	run(t, "ip", "netns", "add", ns.name)
-	t.Cleanup(func() {
-		// Deleting the namespace also deletes the veth ends in it.
-		if out, err := exec.Command("ip", "netns", "del", ns.name).CombinedOutput(); err != nil {
-			t.Errorf("ip netns del %s: %v\n%s", ns.name, err, out)
-		}
-	})
-	run(t, "ip", "-n", ns.name, "link", "set", "lo", "up")
-	return ns
+	name := nstest.NewNetns(t)
+	return netns{name: name, path: "/var/run/netns/" + name}
 }
 
 // exec runs a command inside the namespace, failing t if it fails.
 func (ns netns) exec(t testing.TB, args ...string) {
 	t.Helper()
-	run(t, append([]string{"ip", "netns", "exec", ns.name}, args...)...)
+	nstest.Run(t, append([]string{"ip", "netns", "exec", ns.name}, args...)...)
 }
 
 // in runs fn inside ns with sockopt.InNetns, failing t on error.
@@ -82,7 +64,7 @@ func (ns netns) in(t testing.TB, fn func() error) {
 func link(t testing.TB, a netns, aAddrs []string, b netns, bAddrs []string) (ifA, ifB string) {
 	t.Helper()
 	ifA, ifB = uniqueName("gza"), uniqueName("gzb")
-	run(t, "ip", "link", "add", ifA, "netns", a.name, "type", "veth", "peer", "name", ifB, "netns", b.name)
+	nstest.Run(t, "ip", "link", "add", ifA, "netns", a.name, "type", "veth", "peer", "name", ifB, "netns", b.name)
 	for _, end := range []struct {
 		ns    netns
 		ifc   string
@@ -93,9 +75,9 @@ func link(t testing.TB, a netns, aAddrs []string, b netns, bAddrs []string) (ifA
 			if strings.Contains(addr, ":") {
 				args = append(args, "nodad")
 			}
-			run(t, args...)
+			nstest.Run(t, args...)
 		}
-		run(t, "ip", "-n", end.ns.name, "link", "set", end.ifc, "up")
+		nstest.Run(t, "ip", "-n", end.ns.name, "link", "set", end.ifc, "up")
 	}
 	return ifA, ifB
 }
@@ -246,13 +228,13 @@ func newSpoofPair(t testing.TB) (proxy, server netns) {
 	t.Helper()
 	proxy, server = newNetns(t), newNetns(t)
 	link(t, proxy, []string{"10.99.2.1/24"}, server, []string{"10.99.2.2/24"})
-	run(t, "ip", "-n", server.name, "route", "add", "10.99.0.0/24", "via", "10.99.2.1")
+	nstest.Run(t, "ip", "-n", server.name, "route", "add", "10.99.0.0/24", "via", "10.99.2.1")
 	proxy.exec(t, "iptables", "-t", "mangle", "-A", "OUTPUT", "-m", "mark", "--mark", fmt.Sprintf("%#x/0xfff", spoofMark),
 		"-j", "CONNMARK", "--set-xmark", "0x111/0xfff")
 	proxy.exec(t, "iptables", "-t", "mangle", "-A", "PREROUTING", "-m", "connmark", "--mark", "0x111/0xfff",
 		"-j", "CONNMARK", "--restore-mark")
-	run(t, "ip", "-n", proxy.name, "rule", "add", "fwmark", "0x111/0xfff", "lookup", "100")
-	run(t, "ip", "-n", proxy.name, "route", "add", "local", "0.0.0.0/0", "dev", "lo", "table", "100")
+	nstest.Run(t, "ip", "-n", proxy.name, "rule", "add", "fwmark", "0x111/0xfff", "lookup", "100")
+	nstest.Run(t, "ip", "-n", proxy.name, "route", "add", "local", "0.0.0.0/0", "dev", "lo", "table", "100")
 	return proxy, server
 }
 

@@ -49,20 +49,13 @@ func newMeshNet(t *testing.T) *meshNet {
 	return &meshNet{t: t, prefix: fmt.Sprintf("gz%d%d", os.Getpid()%1000, meshSeq.Add(1))}
 }
 
-func (m *meshNet) run(args ...string) {
-	m.t.Helper()
-	if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
-		m.t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-}
-
 // netns creates a network namespace with loopback up.
 func (m *meshNet) netns(name string) string {
 	m.t.Helper()
 	full := m.prefix + name
-	m.run("ip", "netns", "add", full)
+	nstest.Run(m.t, "ip", "netns", "add", full)
 	m.t.Cleanup(func() { exec.Command("ip", "netns", "del", full).Run() })
-	m.run("ip", "-n", full, "link", "set", "lo", "up")
+	nstest.Run(m.t, "ip", "-n", full, "link", "set", "lo", "up")
 	return full
 }
 
@@ -71,20 +64,20 @@ func (m *meshNet) netns(name string) string {
 func (m *meshNet) node(n int) string {
 	m.t.Helper()
 	ns := m.netns(fmt.Sprintf("n%d", n))
-	m.run("ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv4.ip_forward=1")
-	m.run("ip", "-n", ns, "link", "add", "br0", "type", "bridge")
-	m.run("ip", "-n", ns, "addr", "add", fmt.Sprintf("10.251.%d.1/24", n), "dev", "br0")
-	m.run("ip", "-n", ns, "link", "set", "br0", "up")
+	nstest.Run(m.t, "ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+	nstest.Run(m.t, "ip", "-n", ns, "link", "add", "br0", "type", "bridge")
+	nstest.Run(m.t, "ip", "-n", ns, "addr", "add", fmt.Sprintf("10.251.%d.1/24", n), "dev", "br0")
+	nstest.Run(m.t, "ip", "-n", ns, "link", "set", "br0", "up")
 	for other := 1; other < n; other++ {
 		peer := m.prefix + fmt.Sprintf("n%d", other)
 		a, b := fmt.Sprintf("u%d", n), fmt.Sprintf("u%d", other)
-		m.run("ip", "-n", ns, "link", "add", a, "type", "veth", "peer", "name", b, "netns", peer)
-		m.run("ip", "-n", ns, "addr", "add", fmt.Sprintf("10.250.%d.%d/24", other, n), "dev", a)
-		m.run("ip", "-n", peer, "addr", "add", fmt.Sprintf("10.250.%d.%d/24", other, other), "dev", b)
-		m.run("ip", "-n", ns, "link", "set", a, "up")
-		m.run("ip", "-n", peer, "link", "set", b, "up")
-		m.run("ip", "-n", ns, "route", "add", fmt.Sprintf("10.251.%d.0/24", other), "via", fmt.Sprintf("10.250.%d.%d", other, other))
-		m.run("ip", "-n", peer, "route", "add", fmt.Sprintf("10.251.%d.0/24", n), "via", fmt.Sprintf("10.250.%d.%d", other, n))
+		nstest.Run(m.t, "ip", "-n", ns, "link", "add", a, "type", "veth", "peer", "name", b, "netns", peer)
+		nstest.Run(m.t, "ip", "-n", ns, "addr", "add", fmt.Sprintf("10.250.%d.%d/24", other, n), "dev", a)
+		nstest.Run(m.t, "ip", "-n", peer, "addr", "add", fmt.Sprintf("10.250.%d.%d/24", other, other), "dev", b)
+		nstest.Run(m.t, "ip", "-n", ns, "link", "set", a, "up")
+		nstest.Run(m.t, "ip", "-n", peer, "link", "set", b, "up")
+		nstest.Run(m.t, "ip", "-n", ns, "route", "add", fmt.Sprintf("10.251.%d.0/24", other), "via", fmt.Sprintf("10.250.%d.%d", other, other))
+		nstest.Run(m.t, "ip", "-n", peer, "route", "add", fmt.Sprintf("10.251.%d.0/24", n), "via", fmt.Sprintf("10.250.%d.%d", other, n))
 	}
 	return ns
 }
@@ -106,11 +99,11 @@ func (m *meshNet) pod(n, k int, captured bool) pod {
 	ns := m.netns(fmt.Sprintf("p%d%d", n, k))
 	ip := fmt.Sprintf("10.251.%d.%d", n, k)
 	veth := fmt.Sprintf("v%d%d", n, k)
-	m.run("ip", "-n", node, "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
-	m.run("ip", "-n", node, "link", "set", veth, "master", "br0", "up")
-	m.run("ip", "-n", ns, "addr", "add", ip+"/24", "dev", "eth0")
-	m.run("ip", "-n", ns, "link", "set", "eth0", "up")
-	m.run("ip", "-n", ns, "route", "add", "default", "via", fmt.Sprintf("10.251.%d.1", n))
+	nstest.Run(m.t, "ip", "-n", node, "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
+	nstest.Run(m.t, "ip", "-n", node, "link", "set", veth, "master", "br0", "up")
+	nstest.Run(m.t, "ip", "-n", ns, "addr", "add", ip+"/24", "dev", "eth0")
+	nstest.Run(m.t, "ip", "-n", ns, "link", "set", "eth0", "up")
+	nstest.Run(m.t, "ip", "-n", ns, "route", "add", "default", "via", fmt.Sprintf("10.251.%d.1", n))
 	if captured {
 		m.capture(ns)
 	}
@@ -129,8 +122,8 @@ func (m *meshNet) capture(ns string) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		m.t.Fatalf("iptables-restore in %s: %v\n%s", ns, err, out)
 	}
-	m.run("ip", "-n", ns, "rule", "add", "fwmark", "0x111/0xfff", "pref", "32764", "lookup", "100")
-	m.run("ip", "-n", ns, "route", "add", "local", "0.0.0.0/0", "dev", "lo", "table", "100")
+	nstest.Run(m.t, "ip", "-n", ns, "rule", "add", "fwmark", "0x111/0xfff", "pref", "32764", "lookup", "100")
+	nstest.Run(m.t, "ip", "-n", ns, "route", "add", "local", "0.0.0.0/0", "dev", "lo", "table", "100")
 }
 
 var (

@@ -537,7 +537,7 @@ func TestSharedModeUpgrade(t *testing.T) {
 	for _, p := range []pod{a, c} {
 		// Connections queued on a listener that closes move to its
 		// SO_REUSEPORT sibling instead of being reset (Linux ≥ 5.14).
-		m.run("ip", "netns", "exec", p.name, "sysctl", "-qw", "net.ipv4.tcp_migrate_req=1")
+		nstest.Run(m.t, "ip", "netns", "exec", p.name, "sysctl", "-qw", "net.ipv4.tcp_migrate_req=1")
 	}
 	appC := startApp(t, c, 8080)
 	cp := newControlPlane(t)
