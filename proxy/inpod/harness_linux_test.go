@@ -380,6 +380,27 @@ func infoFor(uid string) inpod.WorkloadInfo {
 	return inpod.WorkloadInfo{Name: "pod-" + uid, Namespace: "ns-" + uid, ServiceAccount: "sa-" + uid}
 }
 
+// upWithPod starts a harness whose Manager has been handed pod uid (a fresh
+// netns) and the snapshot, both acked, and is ready.
+func upWithPod(t *testing.T, uid string) (*harness, *inpodtest.Conn, nsFile) {
+	t.Helper()
+	h := newHarness(t, nil)
+	c := h.accept()
+	f := newNSFile(t)
+	ack, err := c.Add(uid, infoFor(uid), f.fd())
+	mustAck(t, "Add", ack, err)
+	mustSnapshot(t, c)
+	h.wantReady(true)
+	return h, c, f
+}
+
+// mustSnapshot sends SnapshotSent and requires a successful ack.
+func mustSnapshot(t *testing.T, c *inpodtest.Conn) {
+	t.Helper()
+	ack, err := c.SnapshotSent()
+	mustAck(t, "SnapshotSent", ack, err)
+}
+
 // wantProtocolError checks that Run ended with an error wrapping
 // ErrProtocol.
 func (h *harness) wantProtocolError() {

@@ -74,8 +74,7 @@ func TestAddStartsPod(t *testing.T) {
 	if h.m.Ready() {
 		t.Fatal("Ready() before SnapshotSent")
 	}
-	ack, err = c.SnapshotSent()
-	mustAck(t, "SnapshotSent", ack, err)
+	mustSnapshot(t, c)
 	if !h.m.Ready() {
 		t.Fatal("not Ready() once SnapshotSent is acked")
 	}
@@ -124,15 +123,8 @@ func TestAddNewNetnsReplacesPod(t *testing.T) {
 // TestDelAfterSnapshotStopsAtOnce: after the snapshot a Del stops the pod
 // before it is acked; a Del for an unknown uid is acked too.
 func TestDelAfterSnapshotStopsAtOnce(t *testing.T) {
-	h := newHarness(t, nil)
-	c := h.accept()
-	f := newNSFile(t)
-	ack, err := c.Add("a", infoFor("a"), f.fd())
-	mustAck(t, "Add", ack, err)
-	ack, err = c.SnapshotSent()
-	mustAck(t, "SnapshotSent", ack, err)
-	h.wantReady(true)
-	ack, err = c.Del("a")
+	h, c, f := upWithPod(t, "a")
+	ack, err := c.Del("a")
 	mustAck(t, "Del", ack, err)
 	h.wantEvents("start a", "stop a")
 	h.wantPods()
@@ -200,8 +192,7 @@ func TestSnapshotReconciles(t *testing.T) {
 	if h.m.Ready() {
 		t.Fatal("Ready() before the new snapshot is processed")
 	}
-	ack, err = c.SnapshotSent()
-	mustAck(t, "SnapshotSent", ack, err)
+	mustSnapshot(t, c)
 	h.wantEventSet("stop a", "stop c", "stop d")
 	h.wantPods(up("b", infoFor("b")), up("e", infoFor("e")))
 	h.wantReady(true)
@@ -351,8 +342,7 @@ func TestStartFailureRetries(t *testing.T) {
 	}
 	h.wantEvents("fail a")
 	h.wantPods(pending("a", infoFor("a")))
-	ack, err = c.SnapshotSent()
-	mustAck(t, "SnapshotSent", ack, err)
+	mustSnapshot(t, c)
 	if h.m.Ready() {
 		t.Fatal("Ready() with a pending pod")
 	}
@@ -387,8 +377,7 @@ func TestPendingPodDeleted(t *testing.T) {
 	f := newNSFile(t)
 	ack, err := c.Add("a", infoFor("a"), f.fd())
 	mustNack(t, "Add", ack, err)
-	ack, err = c.SnapshotSent()
-	mustAck(t, "SnapshotSent", ack, err)
+	mustSnapshot(t, c)
 	ack, err = c.Del("a")
 	mustAck(t, "Del", ack, err)
 	h.wantReady(true)
@@ -405,14 +394,7 @@ func TestPendingPodDeleted(t *testing.T) {
 // the pods running and the Manager not ready; it reconnects with backoff
 // once istio-cni is back, and the new snapshot makes it ready again.
 func TestServerRestartKeepsPods(t *testing.T) {
-	h := newHarness(t, nil)
-	c := h.accept()
-	f := newNSFile(t)
-	ack, err := c.Add("a", infoFor("a"), f.fd())
-	mustAck(t, "Add", ack, err)
-	ack, err = c.SnapshotSent()
-	mustAck(t, "SnapshotSent", ack, err)
-	h.wantReady(true)
+	h, _, f := upWithPod(t, "a")
 
 	h.srv.Close()
 	h.wantReady(false)
@@ -420,11 +402,10 @@ func TestServerRestartKeepsPods(t *testing.T) {
 	h.wantPods(up("a", infoFor("a")))
 
 	srv := inpodtest.NewServer(t, h.path)
-	c = acceptOn(t, srv)
-	ack, err = c.Add("a", infoFor("a"), f.fd())
+	c := acceptOn(t, srv)
+	ack, err := c.Add("a", infoFor("a"), f.fd())
 	mustAck(t, "Add a again", ack, err)
-	ack, err = c.SnapshotSent()
-	mustAck(t, "SnapshotSent", ack, err)
+	mustSnapshot(t, c)
 	h.wantReady(true)
 	h.wantEvents()
 	wantOpenFDs(t, f, 2)
@@ -510,8 +491,7 @@ func TestMetrics(t *testing.T) {
 		"workload_manager_proxies_started_total": 2,
 		"workload_manager_proxies_stopped_total": 0,
 	})
-	ack, err = c.SnapshotSent()
-	mustAck(t, "SnapshotSent", ack, err)
+	mustSnapshot(t, c)
 	h.fake.setFail("p", 0)
 	h.wantReady(true) // p started on retry
 	ack, err = c.Del("a")
