@@ -23,7 +23,8 @@ type liveConns struct {
 	m sync.Map // *connRecord → ConnJSON
 }
 
-// add lists rec until its close.
+// add lists rec until its close. Callers check Config.ListConnections
+// first, so the addresses are formatted only when the list is kept.
 func (l *liveConns) add(rec *connRecord, c ConnJSON) {
 	rec.live = l
 	l.m.Store(rec, c)
@@ -44,11 +45,4 @@ func (p *Proxy) Connections() (inbound, outbound []ConnJSON) {
 		return true
 	})
 	return inbound, outbound
-}
-
-// listConn lists rec among the open connections when the proxy keeps them.
-func (p *Proxy) listConn(rec *connRecord, c ConnJSON) {
-	if p.cfg.ListConnections {
-		p.live.add(rec, c)
-	}
 }

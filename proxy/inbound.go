@@ -113,7 +113,9 @@ func (p *Proxy) acceptConnect(s *hbone.ServerStream) (net.Conn, *connRecord, fun
 		rec.close(0, 0, ierr)
 		return nil, nil, nil
 	}
-	p.listConn(rec, ConnJSON{Src: req.src.String(), OriginalDst: s.Authority(), ActualDst: req.upstream.String(), Protocol: "HBONE"})
+	if p.cfg.ListConnections {
+		p.live.add(rec, ConnJSON{Src: req.src.String(), OriginalDst: s.Authority(), ActualDst: req.upstream.String(), Protocol: "HBONE"})
+	}
 	h := http.Header{}
 	if b := baggage(req.local); b != "" {
 		h.Set(headerBaggage, b)

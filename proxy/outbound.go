@@ -95,11 +95,13 @@ func (p *Proxy) openOutbound(down net.Conn, dst netip.AddrPort) (net.Conn, *conn
 		rec.fail(failureFlag(err), err)
 		return nil, nil
 	}
-	proto := "TCP"
-	if rt.kind == routeHBONE {
-		proto = "HBONE"
+	if p.cfg.ListConnections {
+		proto := "TCP"
+		if rt.kind == routeHBONE {
+			proto = "HBONE"
+		}
+		p.live.add(rec, ConnJSON{Src: downAddr.String(), OriginalDst: dst.String(), ActualDst: rt.dial.String(), Protocol: proto})
 	}
-	p.listConn(rec, ConnJSON{Src: downAddr.String(), OriginalDst: dst.String(), ActualDst: rt.dial.String(), Protocol: proto})
 	return up, rec
 }
 

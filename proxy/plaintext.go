@@ -54,7 +54,9 @@ func (p *Proxy) acceptPlaintext(c net.Conn) (net.Conn, *connRecord, func(error) 
 		rec.close(0, 0, err)
 		return nil, nil, nil
 	}
-	p.listConn(rec, ConnJSON{Src: src.String(), OriginalDst: dst.String(), ActualDst: dst.String(), Protocol: "TCP"})
+	if p.cfg.ListConnections {
+		p.live.add(rec, ConnJSON{Src: src.String(), OriginalDst: dst.String(), ActualDst: dst.String(), Protocol: "TCP"})
+	}
 	done := p.watchPolicy(connmgr.Info{WorkloadUID: local.UID, Conn: authz, Inbound: connmgr.InboundTCP, Checked: snap}, rec, c, up)
 	return up, rec, done
 }
