@@ -171,12 +171,12 @@ func (p *Proxy) dialSpoofed(src netip.Addr, dst netip.AddrPort) (net.Conn, error
 	}
 	ctx, cancel := context.WithTimeout(p.lifetime, connectTimeout)
 	defer cancel()
-	c, err := p.dial(ctx, bind, dst.String())
+	c, err := p.dial(ctx, bind, dst)
 	if err != nil && bind.IsValid() && p.cfg.Spoof == SpoofAuto && isBindError(err) {
 		// Preserving the source failed (no IP_TRANSPARENT privilege):
 		// connect without it, as ztunnel does.
 		p.log.Debug("source-preserving dial failed; dialing without", "src", bind, "dst", dst, "error", err)
-		c, err = p.dial(ctx, netip.Addr{}, dst.String())
+		c, err = p.dial(ctx, netip.Addr{}, dst)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("connect %s: %w", dst, err)

@@ -111,7 +111,7 @@ func (p *Proxy) dialOutbound(src *state.Workload, srcID string, downAddr netip.A
 	ctx, cancel := context.WithTimeout(p.lifetime, connectTimeout)
 	defer cancel()
 	if rt.kind != routeHBONE {
-		c, err := p.dial(ctx, p.cfg.OutboundSource, rt.dial.String())
+		c, err := p.dial(ctx, p.cfg.OutboundSource, rt.dial)
 		if err != nil {
 			return nil, fmt.Errorf("connect %s: %w", rt.dial, err)
 		}
@@ -151,7 +151,7 @@ func (p *Proxy) dialHBONE(ctx context.Context, key hbone.Key) (*hbone.ClientConn
 	if err != nil {
 		return nil, withFlag(flagIdentity, fmt.Errorf("certificate for %s: %w", id, err))
 	}
-	raw, err := p.dial(ctx, p.cfg.OutboundSource, key.Dst.String())
+	raw, err := p.dial(ctx, p.cfg.OutboundSource, key.Dst)
 	if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
 		return nil, withFlag(flagNetworkPolicy, fmt.Errorf(
 			"connect %s: connection timed out, maybe a NetworkPolicy is blocking HBONE port %d: %w", key.Dst, key.Dst.Port(), err))
