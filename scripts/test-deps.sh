@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs the system tools the namespaced (tier-3) tests use: iproute2,
-# iptables, nftables and curl. It does nothing when they are present, and
+# Installs the system tools the tests use: iproute2, iptables, nftables and
+# curl for the namespaced (tier-3) tests, Prometheus for the dashboard test
+# and Chromium for the live-view test. It does nothing when they are present, and
 # only prints a note when it is not root (those tests then skip loudly, or
 # fail under GOZT_REQUIRE_ROOT=1).
 set -euo pipefail
@@ -9,6 +10,8 @@ command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v iptables >/dev/null 2>&1 || need+=(iptables)
 command -v nft >/dev/null 2>&1 || need+=(nftables)
 command -v curl >/dev/null 2>&1 || need+=(curl)
+command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -ne 0 ]; then
   echo "test-deps: missing ${need[*]}; not root, so not installing (namespaced tests will skip)" >&2
