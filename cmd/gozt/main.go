@@ -93,18 +93,18 @@ func runProxy(stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	level, filter, err := logLevels()
+	levels, err := logLevels()
 	if err != nil {
 		return err
 	}
-	logger := newLogger(stderr, env.LogFormat, level, filter)
+	logger := newLogger(stderr, env.LogFormat, levels)
 	raiseFileLimit(logger)
 	workers := env.Workers.Count(runtime.NumCPU())
 	runtime.GOMAXPROCS(workers)
 	logger.Info("worker threads", "gomaxprocs", workers, "cpus", runtime.NumCPU())
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	n, err := node.Start(ctx, node.Options{Env: env, Logger: logger, LogLevel: level})
+	n, err := node.Start(ctx, node.Options{Env: env, Logger: logger, Levels: levels})
 	if err != nil {
 		return err
 	}
@@ -156,12 +156,12 @@ func runLocal(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	level, filter, err := logLevels()
+	levels, err := logLevels()
 	if err != nil {
 		return err
 	}
-	opts.LogLevel = level
-	opts.Logger = newLogger(stderr, os.Getenv("LOG_FORMAT"), level, filter)
+	opts.Levels = levels
+	opts.Logger = newLogger(stderr, os.Getenv("LOG_FORMAT"), levels)
 	opts.Out = stdout
 	raiseFileLimit(opts.Logger)
 
@@ -210,31 +210,29 @@ func drainDeadline() (time.Duration, error) {
 
 // logLevels reads the log levels: RUST_LOG as ztunnel reads it (Istio's
 // chart sets it from logLevel: a default and per-scope levels), then
-// LOG_LEVEL, gozt's own, which sets the default when given.
-func logLevels() (*slog.LevelVar, logscope.Filter, error) {
+// LOG_LEVEL, gozt's own, which sets the default when given. The admin
+// port's /logging changes them at run time and resets to these.
+func logLevels() (*logscope.Levels, error) {
 	filter, err := logscope.Parse(os.Getenv("RUST_LOG"))
 	if err != nil {
-		return nil, filter, err
-	}
-	level := new(slog.LevelVar)
-	if filter.Default != nil {
-		level.Set(*filter.Default)
+		return nil, err
 	}
 	if v := os.Getenv("LOG_LEVEL"); v != "" {
-		if err := level.UnmarshalText([]byte(v)); err != nil {
-			return nil, filter, fmt.Errorf("LOG_LEVEL: %w", err)
+		var l slog.Level
+		if err := l.UnmarshalText([]byte(v)); err != nil {
+			return nil, fmt.Errorf("LOG_LEVEL: %w", err)
 		}
+		filter.Default = &l
 	}
-	return level, filter, nil
+	return logscope.NewLevels(filter), nil
 }
 
-// newLogger writes plain or JSON logs at level, with the per-scope levels of
-// filter.
-func newLogger(w io.Writer, format string, level *slog.LevelVar, filter logscope.Filter) *slog.Logger {
+// newLogger writes plain or JSON logs filtered by the live levels.
+func newLogger(w io.Writer, format string, levels *logscope.Levels) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: slog.LevelDebug} // the scope filter decides
 	var h slog.Handler = slog.NewTextHandler(w, opts)
 	if strings.EqualFold(format, "json") {
 		h = slog.NewJSONHandler(w, opts)
 	}
-	return slog.New(logscope.Handler(h, level, filter))
+	return slog.New(logscope.Handler(h, levels))
 }

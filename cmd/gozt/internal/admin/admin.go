@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -17,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gozt/gozt/cmd/gozt/internal/logscope"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -31,8 +31,9 @@ type Config struct {
 	// Quit is called (once) by POST /quitquitquit to start a graceful
 	// shutdown. Required.
 	Quit func()
-	// LogLevel, if non-nil, is changed by POST /logging?level=LEVEL.
-	LogLevel *slog.LevelVar
+	// Levels, if non-nil, are the live log levels POST /logging lists and
+	// changes (SPEC §8.1); nil answers 501.
+	Levels *logscope.Levels
 	// Handlers are extra endpoints by path (e.g. /debug/authz), or nil.
 	Handlers map[string]http.Handler
 }
@@ -81,7 +82,13 @@ func ListenAdmin(ctx context.Context, addr string, cfg Config) (*Server, error) 
 		fmt.Fprintln(w, "shutdown now")
 		quitOnce.Do(cfg.Quit)
 	})
-	mux.HandleFunc("/logging", func(w http.ResponseWriter, r *http.Request) { handleLogging(w, r, cfg.LogLevel) })
+	if cfg.Levels != nil {
+		mux.Handle("/logging", cfg.Levels)
+	} else {
+		mux.HandleFunc("/logging", func(w http.ResponseWriter, r *http.Request) {
+			http.Error(w, "log levels are fixed", http.StatusNotImplemented)
+		})
+	}
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/heap", func(w http.ResponseWriter, r *http.Request) {
 		pprof.Handler("heap").ServeHTTP(w, r)
@@ -93,32 +100,6 @@ func ListenAdmin(ctx context.Context, addr string, cfg Config) (*Server, error) 
 		mux.Handle(path, h)
 	}
 	return listen(ctx, addr, mux)
-}
-
-// handleLogging serves /logging: POST only; no parameter reports the level,
-// ?level=LEVEL sets it, ?reset restores info (SPEC §8.1).
-func handleLogging(w http.ResponseWriter, r *http.Request, lv *slog.LevelVar) {
-	if r.Method != http.MethodPost {
-		http.Error(w, "usage: POST /logging[?level=debug|info|warn|error][&reset]", http.StatusMethodNotAllowed)
-		return
-	}
-	if lv == nil {
-		http.Error(w, "log level is fixed", http.StatusNotImplemented)
-		return
-	}
-	q := r.URL.Query()
-	if q.Has("reset") {
-		lv.Set(slog.LevelInfo)
-	}
-	if s := q.Get("level"); s != "" {
-		var l slog.Level
-		if err := l.UnmarshalText([]byte(s)); err != nil {
-			http.Error(w, fmt.Sprintf("invalid level %q", s), http.StatusBadRequest)
-			return
-		}
-		lv.Set(l)
-	}
-	fmt.Fprintf(w, "current log level is %s\n", strings.ToLower(lv.Level().String()))
 }
 
 // ListenMetrics binds the Prometheus endpoint (/metrics and

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"io"
-	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gozt/gozt/cmd/gozt/internal/logscope"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 )
@@ -46,7 +46,6 @@ func TestAdminLoopbackOnly(t *testing.T) {
 }
 
 func TestSidePorts(t *testing.T) {
-	lv := new(slog.LevelVar)
 	quit := make(chan struct{})
 	reg := prometheus.NewRegistry()
 	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "istio_test_total", Help: "test"})
@@ -56,7 +55,7 @@ func TestSidePorts(t *testing.T) {
 	p, err := ListenAll(context.Background(), Addrs{"127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"}, Config{
 		ConfigDump: func() any { return map[string]int{"workloads": 0} },
 		Quit:       func() { close(quit) },
-		LogLevel:   lv,
+		Levels:     logscope.NewLevels(logscope.Filter{}),
 	}, reg, ready)
 	if err != nil {
 		t.Fatal(err)
@@ -76,7 +75,7 @@ func TestSidePorts(t *testing.T) {
 		{"GET", admin + "/logging", nil, 405, "usage"},
 		{"POST", admin + "/logging", nil, 200, "current log level is info"},
 		{"POST", admin + "/logging?level=debug", nil, 200, "current log level is debug"},
-		{"POST", admin + "/logging?level=loud", nil, 400, "invalid level"},
+		{"POST", admin + "/logging?level=loud", nil, 400, "invalid level provided"},
 		{"POST", admin + "/logging?reset", nil, 200, "current log level is info"},
 		{"GET", admin + "/quitquitquit", nil, 405, ""},
 		{"GET", ready1, nil, 500, "not ready, pending: proxy, state manager"},

@@ -25,6 +25,7 @@ import (
 	"github.com/gozt/gozt/certs/localca"
 	"github.com/gozt/gozt/cmd/gozt/internal/admin"
 	"github.com/gozt/gozt/cmd/gozt/internal/explain"
+	"github.com/gozt/gozt/cmd/gozt/internal/logscope"
 	"github.com/gozt/gozt/cmd/gozt/internal/runner"
 	"github.com/gozt/gozt/proxy"
 	"github.com/gozt/gozt/proxy/connmgr"
@@ -53,10 +54,10 @@ type Options struct {
 	Network string
 	// CertTTL is the workload certificate lifetime; if zero 24h.
 	CertTTL time.Duration
-	// Logger receives logs (nil: discard); LogLevel, if set, is changed by
-	// the admin /logging endpoint.
-	Logger   *slog.Logger
-	LogLevel *slog.LevelVar
+	// Logger receives logs (nil: discard); Levels, if set, are its live
+	// levels, which the admin /logging endpoint changes.
+	Logger *slog.Logger
+	Levels *logscope.Levels
 	// Out receives the start-up banner; nil means none.
 	Out io.Writer
 }
@@ -153,7 +154,7 @@ func (m *Mesh) startSidePorts(ctx context.Context) (err error) {
 			})
 		},
 		Quit:     m.signalQuit,
-		LogLevel: m.opts.LogLevel,
+		Levels:   m.opts.Levels,
 		Handlers: map[string]http.Handler{"/debug/authz": explain.Handler(m.store.Snapshot)},
 	}, m.registry, m.ready)
 	return err

@@ -53,34 +53,83 @@ func TestParse(t *testing.T) {
 
 func ptr(l slog.Level) *slog.Level { return &l }
 
-// TestHandler: a scope RUST_LOG names uses its level; other scopes use the
-// default, which stays changeable at runtime.
+// TestHandler: a scope the filter names uses its level; other scopes use the
+// default; both stay changeable at runtime.
 func TestHandler(t *testing.T) {
 	f, err := Parse("info,access=debug,xds=off")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var buf bytes.Buffer
-	def := new(slog.LevelVar)
-	def.Set(*f.Default)
-	log := slog.New(Handler(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}), def, f))
+	levels := NewLevels(f)
+	log := slog.New(Handler(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}), levels))
 	access, proxy, xds := log.With("scope", "access"), log.With("scope", "proxy"), log.With("scope", "xds")
 	access.Debug("access-debug")
 	proxy.Debug("proxy-debug")
 	proxy.Info("proxy-info")
 	xds.Error("xds-error")
 	log.WithGroup("g").With("scope", "access").Debug("grouped-access-debug")
-	def.Set(slog.LevelDebug) // POST /logging?level=debug
+	if err := levels.Set("debug", false); err != nil { // POST /logging?level=debug
+		t.Fatal(err)
+	}
 	proxy.Debug("proxy-debug-later")
+	xds.Error("xds-still-off")
+	if err := levels.Set("xds:error", false); err != nil { // istioctl's form
+		t.Fatal(err)
+	}
+	xds.Error("xds-error-later")
+	if err := levels.Set("", true); err != nil {
+		t.Fatal(err)
+	}
+	proxy.Debug("proxy-debug-after-reset")
 	out := buf.String()
-	for _, want := range []string{"access-debug", "proxy-info", "grouped-access-debug", "proxy-debug-later"} {
+	for _, want := range []string{"access-debug", "proxy-info", "grouped-access-debug", "proxy-debug-later", "xds-error-later"} {
 		if !strings.Contains(out, "msg="+want) {
 			t.Errorf("missing %q in:\n%s", want, out)
 		}
 	}
-	for _, not := range []string{"msg=proxy-debug ", "xds-error"} {
+	for _, not := range []string{"msg=proxy-debug ", "msg=xds-error ", "xds-still-off", "proxy-debug-after-reset"} {
 		if strings.Contains(out+" ", not) {
 			t.Errorf("%q logged, want it filtered:\n%s", not, out)
+		}
+	}
+}
+
+// TestLevelsSet: each change applies on top of the current levels, or of
+// the start-up ones with reset, and a bad one changes nothing.
+func TestLevelsSet(t *testing.T) {
+	start, err := Parse("warn,xds=error")
+	if err != nil {
+		t.Fatal(err)
+	}
+	levels := NewLevels(start)
+	for _, tc := range []struct {
+		set     string
+		reset   bool
+		want    string
+		wantErr string
+	}{
+		{want: "xds=error,warn"},
+		{set: "debug", want: "xds=error,debug"},
+		{set: "access=debug,info", want: "access=debug,xds=error,info"},
+		{set: "access:warning", want: "access=warn,xds=error,info"},
+		{set: "ztunnel::proxy::inbound:trace", want: "access=warn,proxy=debug,xds=error,info"},
+		{set: "off", want: "access=warn,proxy=debug,xds=error,off"},
+		{set: "loud", want: "access=warn,proxy=debug,xds=error,off", wantErr: `directive "loud": unknown level`},
+		{set: "access=debug,=info", want: "access=warn,proxy=debug,xds=error,off", wantErr: "empty target"},
+		{set: "ztunnel::proxy", want: "access=warn,proxy=debug,xds=error,off", wantErr: "unknown level"},
+		{reset: true, want: "xds=error,warn"},
+		{set: "info", reset: true, want: "xds=error,info"},
+		{set: "xds=debug", reset: true, want: "xds=debug,warn"},
+	} {
+		if tc.set != "" || tc.reset {
+			err := levels.Set(tc.set, tc.reset)
+			if (err != nil) != (tc.wantErr != "") || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Errorf("Set(%q, %v) error = %v, want %q", tc.set, tc.reset, err, tc.wantErr)
+			}
+		}
+		if got := levels.String(); got != tc.want {
+			t.Errorf("after Set(%q, %v): %q, want %q", tc.set, tc.reset, got, tc.want)
 		}
 	}
 }

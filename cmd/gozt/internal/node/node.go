@@ -28,6 +28,7 @@ import (
 	"github.com/gozt/gozt/cmd/gozt/internal/admin"
 	"github.com/gozt/gozt/cmd/gozt/internal/envconfig"
 	"github.com/gozt/gozt/cmd/gozt/internal/explain"
+	"github.com/gozt/gozt/cmd/gozt/internal/logscope"
 	"github.com/gozt/gozt/cmd/gozt/internal/runner"
 	"github.com/gozt/gozt/hbone"
 	"github.com/gozt/gozt/proxy"
@@ -57,7 +58,7 @@ type Options struct {
 	// OutboundSource, if valid, binds outbound sockets (as local mode does).
 	OutboundSource netip.Addr
 	Logger         *slog.Logger
-	LogLevel       *slog.LevelVar
+	Levels         *logscope.Levels
 }
 
 // Node is a running node proxy.
@@ -305,7 +306,7 @@ func (n *Node) startSidePorts(ctx context.Context) (err error) {
 			return admin.ConfigDump(in)
 		},
 		Quit:     func() { n.quitOnce.Do(func() { close(n.quit) }) },
-		LogLevel: n.opts.LogLevel,
+		Levels:   n.opts.Levels,
 		Handlers: map[string]http.Handler{"/debug/authz": explain.Handler(n.store.Snapshot)},
 	}, n.registry, n.ready)
 	return err
