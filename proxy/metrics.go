@@ -124,7 +124,29 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	// rather than "No data".
 	m.sockets.WithLabelValues("source")
 	m.sockets.WithLabelValues("destination")
+	m.seedEmptySeries()
 	return m
+}
+
+// seedEmptySeries creates, at 0, the one series of each traffic counter
+// whose every label is empty, so that an unfiltered aggregation such as the
+// ztunnel dashboard's sum by (pod) (rate(istio_tcp_connections_opened_total[1m]))
+// reads 0 from start-up instead of "No data".
+//
+// The series stands for no connection and is never counted: a connection's
+// labels are never empty (values maps a missing one to "unknown", and
+// request_protocol is always "tcp"), so no traffic can land in it. Prometheus
+// treats an empty label as an absent one, so the series is stored with only
+// the scrape's target labels, and it drops out of any query that filters on
+// a traffic label (reporter="source", destination_workload=~"...", as Istio's
+// workload and service dashboards and Kiali do). Seeding real-looking label
+// sets instead (per local workload, or all "unknown") would invent series
+// that traffic later joins or that look like traffic.
+func (m *Metrics) seedEmptySeries() {
+	empty := make([]string, len(trafficLabelNames))
+	for _, c := range []*prometheus.CounterVec{m.opened, m.closed, m.failed, m.received, m.sent} {
+		c.WithLabelValues(empty...)
+	}
 }
 
 // socketsOpen is the istio_tcp_sockets_open gauge of reporter: accepted

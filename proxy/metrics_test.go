@@ -89,3 +89,61 @@ func counterValue(t *testing.T, c prometheus.Counter) float64 {
 	}
 	return m.GetCounter().GetValue()
 }
+
+// TestEmptySeriesNeverCounted: every traffic counter has its all-empty
+// series at 0 from NewMetrics, so an unfiltered dashboard sum reads 0
+// before any traffic; a connection whose labels are all missing still lands
+// in its own "unknown" series, never in the empty one.
+func TestEmptySeriesNeverCounted(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	m := NewMetrics(reg)
+	families := func() map[string]*dto.MetricFamily {
+		t.Helper()
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		byName := make(map[string]*dto.MetricFamily)
+		for _, mf := range mfs {
+			byName[mf.GetName()] = mf
+		}
+		return byName
+	}
+	counters := []string{
+		"istio_tcp_connections_opened_total", "istio_tcp_connections_closed_total",
+		"istio_tcp_connections_failed_total", "istio_tcp_received_bytes_total", "istio_tcp_sent_bytes_total",
+	}
+	for _, name := range counters {
+		mf := families()[name]
+		if len(mf.GetMetric()) != 1 {
+			t.Fatalf("%s before traffic has %d series, want 1 (the empty one)", name, len(mf.GetMetric()))
+		}
+	}
+
+	r := m.open(slog.New(slog.DiscardHandler), trafficLabels{}, false)
+	r.fail(flagConnect, errors.New("refused"))
+	r = m.open(slog.New(slog.DiscardHandler), trafficLabels{}, true)
+	r.close(10, 20, nil)
+
+	got := families()
+	for _, name := range counters {
+		var empty, other int
+		for _, s := range got[name].GetMetric() {
+			allEmpty := true
+			for _, lp := range s.GetLabel() {
+				allEmpty = allEmpty && lp.GetValue() == ""
+			}
+			if !allEmpty {
+				other++
+				continue
+			}
+			empty++
+			if v := s.GetCounter().GetValue(); v != 0 {
+				t.Errorf("%s empty series = %v after traffic, want 0", name, v)
+			}
+		}
+		if empty != 1 || other == 0 {
+			t.Errorf("%s: %d empty series and %d others after traffic, want 1 and some", name, empty, other)
+		}
+	}
+}
