@@ -33,8 +33,21 @@ type clientMetrics struct {
 	bytes        *prometheus.CounterVec // label url
 }
 
+// RegisterMetrics registers the xDS counters of SPEC §7.2 with reg, every
+// known label value at 0: the four termination reasons and both subscribed
+// type URLs, so that a dashboard reads 0 rather than "No data" before (or
+// without) an xDS stream. A process without an xDS client (gozt local, or
+// no XDS_ADDRESS) calls it at start-up; a Client registering with the same
+// reg later reuses these counters, so calling it first is never a
+// duplicate.
+func RegisterMetrics(reg prometheus.Registerer) error {
+	_, err := newClientMetrics(reg)
+	return err
+}
+
 // newClientMetrics registers the counters with reg, reusing counters that
-// an earlier client registered there. A nil reg gives nil metrics.
+// an earlier client (or RegisterMetrics) registered there, and creates
+// every known series at 0. A nil reg gives nil metrics.
 func newClientMetrics(reg prometheus.Registerer) (*clientMetrics, error) {
 	if reg == nil {
 		return nil, nil
@@ -58,6 +71,13 @@ func newClientMetrics(reg prometheus.Registerer) (*clientMetrics, error) {
 		Help: "Bytes of resource payload received over xDS, by type URL.",
 	}, "url"); err != nil {
 		return nil, err
+	}
+	for _, r := range []terminationReason{reasonConnectionError, reasonError, reasonReconnect, reasonComplete} {
+		m.terminations.WithLabelValues(string(r))
+	}
+	for _, url := range subscribedTypes {
+		m.messages.WithLabelValues(url)
+		m.bytes.WithLabelValues(url)
 	}
 	return m, nil
 }
