@@ -15,6 +15,16 @@ type metrics struct {
 	stopped prometheus.Counter
 }
 
+// RegisterMetrics registers the workload manager series with reg, at 0,
+// for a process that runs no Manager (gozt local, dedicated mode), so that
+// a dashboard reads 0 there rather than "No data". A process that runs a
+// Manager must not call it: New registers the same series and fails if reg
+// already holds them, as one registry reports one Manager.
+func RegisterMetrics(reg prometheus.Registerer) error {
+	_, err := newMetrics(reg)
+	return err
+}
+
 // newMetrics makes the series and registers them with reg, or with nothing
 // if reg is nil.
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
