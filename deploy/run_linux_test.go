@@ -446,7 +446,7 @@ func (p *proc) stop(t *testing.T, ds *appsv1.DaemonSet) {
 	case <-time.After(grace):
 		t.Errorf("gozt still running %v after SIGTERM\n%s", grace, p.logs())
 	}
-	if logs := p.logs(); strings.Contains(logs, "level=ERROR") {
+	if logs := p.logs(); strings.Contains(logs, "\terror\t") { // ztunnel's plain format: time, level, scope
 		t.Errorf("gozt logged errors:\n%s", logs)
 	}
 }

@@ -227,12 +227,8 @@ func logLevels() (*logscope.Levels, error) {
 	return logscope.NewLevels(filter), nil
 }
 
-// newLogger writes plain or JSON logs filtered by the live levels.
+// newLogger writes logs in ztunnel's plain or JSON format (LOG_FORMAT),
+// filtered by the live levels.
 func newLogger(w io.Writer, format string, levels *logscope.Levels) *slog.Logger {
-	opts := &slog.HandlerOptions{Level: slog.LevelDebug} // the scope filter decides
-	var h slog.Handler = slog.NewTextHandler(w, opts)
-	if strings.EqualFold(format, "json") {
-		h = slog.NewJSONHandler(w, opts)
-	}
-	return slog.New(logscope.Handler(h, levels))
+	return slog.New(logscope.Handler(logscope.NewFormatHandler(w, strings.ToLower(format)), levels))
 }

@@ -1,0 +1,123 @@
+package logscope
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+)
+
+// record is one access-log line as proxy writes it, at a fixed time.
+func record(level slog.Level, msg string, attrs ...slog.Attr) slog.Record {
+	r := slog.NewRecord(time.Date(2026, 12, 1, 9, 5, 7, 123456789, time.FixedZone("x", 3600)), level, msg, 0)
+	r.AddAttrs(attrs...)
+	return r
+}
+
+var accessAttrs = []slog.Attr{
+	slog.Any("src.addr", netip.MustParseAddrPort("10.0.0.1:43210")),
+	slog.String("src.workload", "sleep"),
+	slog.String("src.identity", "spiffe://cluster.local/ns/default/sa/sleep"),
+	slog.Any("dst.addr", netip.MustParseAddrPort("10.0.0.2:15008")),
+	slog.String("direction", "outbound"),
+	slog.Int64("bytes_sent", 76),
+	slog.Int64("bytes_recv", 239),
+	slog.String("duration", "2ms"),
+}
+
+// TestPlainFormat: ztunnel's plain line, byte for byte: tabs between
+// time, level, scope, message and the fields; strings quoted, addresses
+// and numbers bare.
+func TestPlainFormat(t *testing.T) {
+	var buf bytes.Buffer
+	h := NewFormatHandler(&buf, FormatPlain).WithAttrs([]slog.Attr{slog.String("scope", "access")})
+	if err := h.Handle(t.Context(), record(slog.LevelInfo, "connection complete", accessAttrs...)); err != nil {
+		t.Fatal(err)
+	}
+	want := "2026-12-01T08:05:07.123456Z\tinfo\taccess\tconnection complete\t" +
+		`src.addr=10.0.0.1:43210 src.workload="sleep" src.identity="spiffe://cluster.local/ns/default/sa/sleep" ` +
+		`dst.addr=10.0.0.2:15008 direction="outbound" bytes_sent=76 bytes_recv=239 duration="2ms"` + "\n"
+	if got := buf.String(); got != want {
+		t.Errorf("plain line:\n got %q\nwant %q", got, want)
+	}
+}
+
+func TestPlainFormatValues(t *testing.T) {
+	for _, tc := range []struct {
+		attr slog.Attr
+		want string
+	}{
+		{slog.String("k", `a "b" \c`), `k="a \"b\" \\c"`},
+		{slog.String("k", "tab\tnl\ncr\r"), `k="tab\tnl\ncr\r"`},
+		{slog.String("k", "nul\x00esc\x1b"), `k="nul\u{0}esc\u{1b}"`},
+		{slog.String("k", "ünïcode"), `k="ünïcode"`},
+		{slog.Any("error", errors.New(`dial "x": refused`)), `error="dial \"x\": refused"`},
+		{slog.Bool("k", true), `k=true`},
+		{slog.Uint64("k", 7), `k=7`},
+		{slog.Duration("k", 1500*time.Millisecond), `k=1.5s`},
+		{slog.Group("g", slog.Int("a", 1), slog.String("b", "x")), `g.a=1 g.b="x"`},
+		{slog.Any("k", []int{1}), `k="[1]"`},
+	} {
+		var buf bytes.Buffer
+		h := NewFormatHandler(&buf, FormatPlain)
+		if err := h.Handle(t.Context(), record(slog.LevelWarn, "m", tc.attr)); err != nil {
+			t.Fatal(err)
+		}
+		_, fields, _ := strings.Cut(strings.TrimSuffix(buf.String(), "\n"), "\tm\t")
+		if fields != tc.want {
+			t.Errorf("%v: fields %q, want %q", tc.attr, fields, tc.want)
+		}
+		if !strings.Contains(buf.String(), "\twarn\tgozt\t") {
+			t.Errorf("no level/scope in %q", buf.String())
+		}
+	}
+}
+
+// TestJSONFormat: level, time, scope and message first, every field by
+// its name, numbers as numbers; attributes from With and groups included.
+func TestJSONFormat(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(NewFormatHandler(&buf, FormatJSON)).With("scope", "access", "pod", "p1").WithGroup("g")
+	log.LogAttrs(t.Context(), slog.LevelError, "connection complete", append(accessAttrs, slog.String("error", "boom"))...)
+	line := buf.String()
+	if !strings.HasPrefix(line, `{"level":"error","time":"`) || !strings.HasSuffix(line, "}\n") || strings.Count(line, "\n") != 1 {
+		t.Fatalf("json line %q", line)
+	}
+	var got map[string]any
+	if err := json.Unmarshal([]byte(line), &got); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{
+		"level": "error", "scope": "access", "message": "connection complete", "pod": "p1",
+		"g.src.addr": "10.0.0.1:43210", "g.src.workload": "sleep", "g.bytes_sent": 76.0, "g.error": "boom",
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %#v, want %#v (line %s)", k, got[k], v, line)
+		}
+	}
+	if _, err := time.Parse(time.RFC3339Nano, got["time"].(string)); err != nil {
+		t.Errorf("time %v: %v", got["time"], err)
+	}
+}
+
+// TestFormatThroughLevels: the format handler under the scope filter.
+func TestFormatThroughLevels(t *testing.T) {
+	f, err := Parse("warn,access=info")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	log := slog.New(Handler(NewFormatHandler(&buf, FormatPlain), NewLevels(f)))
+	log.With("scope", "access").Info("connection complete", "bytes_sent", 1)
+	log.With("scope", "proxy").Info("dropped")
+	log.With("scope", "proxy").Warn("kept")
+	out := buf.String()
+	if !strings.Contains(out, "\tinfo\taccess\tconnection complete\tbytes_sent=1\n") || !strings.Contains(out, "\twarn\tproxy\tkept\t\n") || strings.Contains(out, "dropped") {
+		t.Errorf("filtered output:\n%s", out)
+	}
+}
