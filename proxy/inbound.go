@@ -66,6 +66,7 @@ type inboundRequest struct {
 	srcPrincipal string          // srcID as a SPIFFE id, built once per TLS connection
 	l3dst        netip.AddrPort  // where the HBONE connection landed
 	snap         *state.Snapshot // the snapshot the decision used
+	forwardedHdr []string        // the request's Forwarded field values
 }
 
 // serveConnect handles one CONNECT stream (SPEC §2.4, steps in order). It
@@ -95,7 +96,11 @@ func (p *Proxy) acceptConnect(s *hbone.ServerStream) (net.Conn, *connRecord, fun
 		labels.setSource(src)
 	}
 	if req.service == nil && req.local != nil {
-		req.service = guessService(snap, req.local, forwardedHost(s.Header().Get(headerForwarded)), req.upstream.Port())
+		var first string
+		if len(req.forwardedHdr) > 0 {
+			first = req.forwardedHdr[0]
+		}
+		req.service = guessService(snap, req.local, forwardedHost(first), req.upstream.Port())
 	}
 	labels.setService(req.service)
 	var up net.Conn
@@ -105,7 +110,12 @@ func (p *Proxy) acceptConnect(s *hbone.ServerStream) (net.Conn, *connRecord, fun
 	if ierr != nil {
 		labels.responseFlags = ierr.flag
 	}
-	rec := p.cfg.Metrics.open(p.accessLog, labels, true)
+	accessLog := p.accessLog
+	if req.forwarded.IsValid() {
+		// Only gozt logs it (SPEC §2.5): src.addr stays the peer.
+		accessLog = accessLog.With("src.forwarded", req.forwarded.String())
+	}
+	rec := p.cfg.Metrics.open(accessLog, labels, true)
 	rec.start = start
 	rec.srcAddr, rec.dstAddr, rec.hboneAddr = req.src, req.l3dst, s.Authority()
 	if ierr != nil {
@@ -139,18 +149,29 @@ func (p *Proxy) checkConnect(s *hbone.ServerStream) (inboundRequest, *inboundErr
 		pr := v.(*peer)
 		req.srcID, req.srcPrincipal = pr.id, pr.principal
 	}
+	req.forwardedHdr = s.Header().Values(headerForwarded)
+	var fwd netip.Addr
+	if !p.cfg.IgnoreForwarded {
+		fwd = forwardedFor(req.forwardedHdr)
+	}
 	var ierr *inboundError
 	req.connectDecision, ierr = decideConnect(&connectQuery{
 		snap: req.snap, network: p.cfg.Network, local: p.localWorkload(req.snap), illegal: p.illegal,
 		method: s.Method(), authority: s.Authority(), l3dst: req.l3dst, src: req.src, srcID: req.srcID,
+		forwardedFor: fwd,
 	})
 	return req, ierr
 }
 
 // dialUpstream connects to the local workload with the HBONE peer's IP as
-// source (SPEC §2.4 step 7, §2.5).
+// source, or the client IP the local workload's waypoint forwarded for
+// (SPEC §2.4 step 7, §2.5).
 func (p *Proxy) dialUpstream(req inboundRequest) (net.Conn, *inboundError) {
-	c, err := p.dialSpoofed(req.src.Addr(), req.upstream)
+	src := req.src.Addr()
+	if fwd := req.forwarded; fwd.IsValid() && p.canBind(fwd) {
+		src = fwd
+	}
+	c, err := p.dialSpoofed(src, req.upstream)
 	if err != nil {
 		return nil, unavailable(err)
 	}
@@ -182,6 +203,14 @@ func (p *Proxy) dialSpoofed(src netip.Addr, dst netip.AddrPort) (net.Conn, error
 		return nil, fmt.Errorf("connect %s: %w", dst, err)
 	}
 	return c, nil
+}
+
+// canBind reports whether dialSpoofed would bind ip rather than no source
+// at all. Where it would not (spoofing on auto, the listener not
+// transparent, ip not local), the peer's IP, often local, is the better
+// fallback.
+func (p *Proxy) canBind(ip netip.Addr) bool {
+	return p.cfg.Spoof != SpoofAuto || p.transparent || p.isLocal(ip)
 }
 
 // isLocal reports whether ip is an address of the proxy's network namespace.

@@ -58,6 +58,9 @@ type connectQuery struct {
 	l3dst     netip.AddrPort    // where the HBONE connection landed
 	src       netip.AddrPort    // the HBONE connection's TCP peer
 	srcID     identity.Identity // the peer certificate's identity, or zero
+	// forwardedFor is the request's Forwarded for= IP (forwardedFor), or
+	// zero when there is none or the proxy trusts none (Config.IgnoreForwarded).
+	forwardedFor netip.Addr
 }
 
 // connectDecision is where an accepted CONNECT goes. A refused one is
@@ -68,6 +71,10 @@ type connectDecision struct {
 	service   *state.Service  // the service a hostname authority names, or nil
 	upstream  netip.AddrPort  // local pod IP and resolved target port
 	authz     rbac.Conn       // what authorization saw, for live re-checks
+	// forwarded is the client IP the local workload's waypoint forwarded
+	// for, which the upstream dial uses as source instead of the peer's
+	// (SPEC §2.5); zero when the header is absent or not trusted.
+	forwarded netip.Addr
 }
 
 // decideConnect runs SPEC §2.4 steps 1–6, in order, on q.
@@ -100,6 +107,9 @@ func decideConnect(q *connectQuery) (d connectDecision, _ *inboundError) {
 		port = at.Port
 	}
 	d.upstream = netip.AddrPortFrom(q.l3dst.Addr(), port)
+	d.forwarded = q.trustedForwarded(d.upstream.Addr())
+	// Authorization sees the real peer, never the forwarded client
+	// (SPEC §4.3, TESTPLAN S8).
 	d.authz = rbac.Conn{Src: q.src, Dst: d.upstream, Identity: q.srcID} // step 6
 	if err := authorize(q.snap, q.local, d.authz); err != nil {
 		return d, &inboundError{http.StatusUnauthorized, flagDeny, err}
@@ -153,11 +163,24 @@ func (q *connectQuery) reachesViaWaypoint(target netip.Addr) bool {
 // endpoints; a workload waypoint must own the L3 destination, on any of its
 // IPs (a dual-stack waypoint may be reached on either).
 func (q *connectQuery) isLocalWaypoint(gw *state.GatewayAddress) bool {
-	var w *state.Workload
-	var svc *state.Service
+	w, svc := q.resolveGateway(gw)
+	switch {
+	case svc != nil:
+		_, ok := svc.Endpoints[q.local.UID]
+		return ok
+	case w != nil:
+		return slices.Contains(w.Addresses, q.l3dst.Addr())
+	}
+	return false
+}
+
+// resolveGateway finds the workload or the service gw names, as ztunnel
+// does (find_destination): an address is a workload's IP or else a service
+// VIP, a hostname a service or else a workload. Both are nil when gw is nil
+// or names nothing known.
+func (q *connectQuery) resolveGateway(gw *state.GatewayAddress) (w *state.Workload, svc *state.Service) {
 	switch {
 	case gw == nil:
-		return false
 	case gw.Address != nil:
 		ip := gw.Address.Address.Unmap()
 		if w = q.snap.WorkloadByIP(gw.Address.Network, ip); w == nil {
@@ -168,12 +191,70 @@ func (q *connectQuery) isLocalWaypoint(gw *state.GatewayAddress) bool {
 			w = q.snap.WorkloadByHostname(gw.Hostname.Namespace, gw.Hostname.Hostname)
 		}
 	}
+	return w, svc
+}
+
+// trustedForwarded returns the request's Forwarded for= IP when the peer is
+// a waypoint of the local workload (peerIsLocalWaypoint) and the IP can be
+// the source of a connection to dst: same family, a unicast address, and
+// loopback only toward loopback. Otherwise it returns the zero Addr and the
+// peer's IP stays the source (SPEC §2.5; ztunnel before #908).
+func (q *connectQuery) trustedForwarded(dst netip.Addr) netip.Addr {
+	fwd := q.forwardedFor
+	switch {
+	case !fwd.IsValid(), fwd.Is4() != dst.Is4(), fwd.IsLoopback() != dst.IsLoopback(),
+		fwd.IsUnspecified(), fwd.IsMulticast(), fwd.IsLinkLocalUnicast(), fwd == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
+		return netip.Addr{}
+	case !q.peerIsLocalWaypoint():
+		return netip.Addr{}
+	}
+	return fwd
+}
+
+// peerIsLocalWaypoint reports whether the HBONE peer is a waypoint of the
+// local workload: the workload at the peer's IP has the peer certificate's
+// identity, and it is, or is an endpoint of, the waypoint of the local
+// workload or of one of its services (including weighted waypoints). Both
+// the identity and the IP must match, as in ztunnel's check_from_waypoint
+// before #908 and in isFromWaypoint on the outbound side.
+func (q *connectQuery) peerIsLocalWaypoint() bool {
+	if q.srcID.IsZero() {
+		return false
+	}
+	peer := q.snap.WorkloadByIP(q.network, q.src.Addr())
+	if peer == nil || peer.Identity() != q.srcID {
+		return false
+	}
+	if q.gatewayIncludes(q.local.Waypoint, peer) {
+		return true
+	}
+	for key := range q.local.Services {
+		svc := q.snap.ServiceByKey(key)
+		if svc == nil {
+			continue
+		}
+		if q.gatewayIncludes(svc.Waypoint, peer) {
+			return true
+		}
+		for i := range svc.WeightedWaypoints {
+			if q.gatewayIncludes(&svc.WeightedWaypoints[i].Destination, peer) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// gatewayIncludes reports whether gw resolves to w or to a service w is an
+// endpoint of.
+func (q *connectQuery) gatewayIncludes(gw *state.GatewayAddress, w *state.Workload) bool {
+	gwl, svc := q.resolveGateway(gw)
 	switch {
 	case svc != nil:
-		_, ok := svc.Endpoints[q.local.UID]
+		_, ok := svc.Endpoints[w.UID]
 		return ok
-	case w != nil:
-		return slices.Contains(w.Addresses, q.l3dst.Addr())
+	case gwl != nil:
+		return gwl.UID == w.UID
 	}
 	return false
 }

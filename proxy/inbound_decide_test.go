@@ -67,6 +67,13 @@ func newInboundStore(t *testing.T) *state.Snapshot {
 	svcWPHost, svcWPIP := service("svc-wp-host", "ns", "svc-wp-host.ns.svc.cluster.local", "10.96.0.4", state.PortMap{80: 8080}),
 		service("svc-wp-ip", "ns", "svc-wp-ip.ns.svc.cluster.local", "10.96.0.5", state.PortMap{80: 8080})
 	svcWPHost.Waypoint, svcWPIP.Waypoint = wpByHost, wpByIP
+	// Endpoints of services with waypoints, for the Forwarded trust
+	// (SPEC §2.5): one behind a service waypoint, one behind a weighted one.
+	svcWeighted := service("svc-weighted", "ns", "svc-weighted.ns.svc.cluster.local", "10.96.0.7", state.PortMap{80: 8080})
+	svcWeighted.WeightedWaypoints = []state.WeightedWaypoint{{Destination: *wpByIP, Weight: 1}}
+	behindSvc, behindWeighted := workload("behind-svc", "ns", "10.0.0.7"), workload("behind-weighted", "ns", "10.0.0.8")
+	behindSvc.Services = map[string]state.PortMap{"ns/svc-wp-host.ns.svc.cluster.local": {80: 8080}}
+	behindWeighted.Services = map[string]state.PortMap{"ns/svc-weighted.ns.svc.cluster.local": {80: 8080}}
 	hiddenX := service("hidden", "x", "hidden.example.com", "", state.PortMap{80: 5555})
 	hidden2X := service("hidden2", "x", "hidden2.example.com", "", state.PortMap{80: 5555})
 	hiddenX.Visibility, hidden2X.Visibility = state.VisibilityNamespace, state.VisibilityNamespace
@@ -75,13 +82,13 @@ func newInboundStore(t *testing.T) *state.Snapshot {
 	var errs []error
 	st.Update(func(b *state.Batch) {
 		for _, w := range []*state.Workload{server, workload("other", "ns", "10.0.0.3"), waypoint,
-			behindIP, behindVIP, behindHost, tunnel, proxyTunnel, proxyTunnel0, deniedTunnel} {
+			behindIP, behindVIP, behindHost, behindSvc, behindWeighted, tunnel, proxyTunnel, proxyTunnel0, deniedTunnel} {
 			errs = append(errs, b.InsertWorkload(w))
 		}
 		for _, s := range []*state.Service{
 			service("svc", "ns", svcHost, "10.96.0.1", state.PortMap{80: 9080, 81: 8181, 82: 0, 83: 15001, 85: 9999}),
 			service("waypoint", "ns", wpHost, "10.96.0.10", state.PortMap{15008: 15008}),
-			svcWPHost, svcWPIP,
+			svcWPHost, svcWPIP, svcWeighted,
 			service("no-wp", "ns", "no-wp.ns.svc.cluster.local", "10.96.0.6", state.PortMap{80: 8080}),
 			service("dup", "a", "dup.example.com", "", state.PortMap{80: 1111}),
 			service("dup", "ns", "dup.example.com", "", state.PortMap{80: 2222}),
@@ -116,9 +123,12 @@ type connectCase struct {
 	l3dst     string
 	src       string
 	srcNS     string // the peer identity's namespace
+	srcSA     string // the peer identity's service account, or "-" for no identity
+	forwarded string // the request's Forwarded for= IP
 	socks5    bool   // 15080 is an illegal port too
 
 	want    string // the upstream, when decided (accepted or denied)
+	wantFwd string // the trusted forwarded client, or ""
 	wantSvc string // the service key the decision names, or ""
 	status  int    // non-zero when refused
 	flag    string
@@ -178,6 +188,16 @@ func (tc *connectCase) query(t *testing.T, snap *state.Snapshot) connectQuery {
 	if tc.srcNS != "" {
 		q.srcID.Namespace = tc.srcNS
 	}
+	switch tc.srcSA {
+	case "":
+	case "-":
+		q.srcID = identity.Identity{}
+	default:
+		q.srcID.ServiceAccount = tc.srcSA
+	}
+	if tc.forwarded != "" {
+		q.forwardedFor = netip.MustParseAddr(tc.forwarded)
+	}
 	return q
 }
 
@@ -186,11 +206,11 @@ func (tc *connectCase) query(t *testing.T, snap *state.Snapshot) connectQuery {
 func (tc *connectCase) checkDecision(t *testing.T, q *connectQuery, d connectDecision) {
 	t.Helper()
 	type view struct {
-		Upstream, Service string
-		Local             bool
-		Authz             string // rbac.Conn, which cmp cannot look into
+		Upstream, Service, Forwarded string
+		Local                        bool
+		Authz                        string // rbac.Conn, which cmp cannot look into
 	}
-	want := view{Service: tc.wantSvc, Local: q.local != nil && !errors.Is(tc.err, errNotConnect) && !errors.Is(tc.err, errBadAuthority)}
+	want := view{Service: tc.wantSvc, Forwarded: tc.wantFwd, Local: q.local != nil && !errors.Is(tc.err, errNotConnect) && !errors.Is(tc.err, errBadAuthority)}
 	if tc.want != "" {
 		want.Upstream = tc.want
 		want.Authz = fmt.Sprint(rbac.Conn{Src: q.src, Dst: netip.MustParseAddrPort(tc.want), Identity: q.srcID})
@@ -201,6 +221,9 @@ func (tc *connectCase) checkDecision(t *testing.T, q *connectQuery, d connectDec
 	}
 	if d.service != nil {
 		got.Service = d.service.Key()
+	}
+	if d.forwarded.IsValid() {
+		got.Forwarded = d.forwarded.String()
 	}
 	if d.authz != (rbac.Conn{}) {
 		got.Authz = fmt.Sprint(d.authz)
@@ -308,6 +331,46 @@ func TestDecideConnectAuthorization(t *testing.T) {
 	})
 }
 
+// TestDecideConnectForwarded: SPEC §2.5 as gozt does it. The Forwarded
+// for= IP becomes the upstream source only when the peer is the local
+// workload's waypoint, named in any way a waypoint can be (its IP, its
+// service's VIP or hostname, the waypoint of a service the workload is an
+// endpoint of, a weighted waypoint), by both the identity and the IP of the
+// waypoint workload; and only for an IP that can be a source toward the
+// pod. Authorization always sees the real peer (checkDecision's Authz).
+func TestDecideConnectForwarded(t *testing.T) {
+	const wp, client = "10.0.0.10:40000", "10.0.0.3:40000"
+	runConnectCases(t, []connectCase{
+		{name: "workload waypoint by ip", local: "behind-ip", authority: "10.0.0.4:8080", src: wp, srcSA: "waypoint", forwarded: "192.0.2.9", want: "10.0.0.4:8080", wantFwd: "192.0.2.9"},
+		{name: "workload waypoint by vip", local: "behind-vip", authority: "10.0.0.5:8080", src: wp, srcSA: "waypoint", forwarded: "192.0.2.9", want: "10.0.0.5:8080", wantFwd: "192.0.2.9"},
+		{name: "workload waypoint by hostname", local: "behind-host", authority: "10.0.0.6:8080", src: wp, srcSA: "waypoint", forwarded: "192.0.2.9", want: "10.0.0.6:8080", wantFwd: "192.0.2.9"},
+		{name: "service waypoint", local: "behind-svc", authority: "10.0.0.7:8080", src: wp, srcSA: "waypoint", forwarded: "192.0.2.9", want: "10.0.0.7:8080", wantFwd: "192.0.2.9"},
+		{name: "weighted service waypoint", local: "behind-weighted", authority: "10.0.0.8:8080", src: wp, srcSA: "waypoint", forwarded: "192.0.2.9", want: "10.0.0.8:8080", wantFwd: "192.0.2.9"},
+		{name: "hostname authority", local: "behind-svc", authority: "svc-wp-host.ns.svc.cluster.local:80", src: wp, srcSA: "waypoint", forwarded: "192.0.2.9", want: "10.0.0.7:8080", wantSvc: "ns/svc-wp-host.ns.svc.cluster.local", wantFwd: "192.0.2.9"},
+		{name: "no header", local: "behind-ip", authority: "10.0.0.4:8080", src: wp, srcSA: "waypoint", want: "10.0.0.4:8080"},
+
+		{name: "ordinary client", local: "behind-ip", authority: "10.0.0.4:8080", src: client, forwarded: "192.0.2.9", want: "10.0.0.4:8080"},
+		{name: "waypoint identity elsewhere", local: "behind-ip", authority: "10.0.0.4:8080", src: client, srcSA: "waypoint", forwarded: "192.0.2.9", want: "10.0.0.4:8080"},
+		{name: "waypoint ip, other identity", local: "behind-ip", authority: "10.0.0.4:8080", src: wp, forwarded: "192.0.2.9", want: "10.0.0.4:8080"},
+		{name: "waypoint ip, other namespace", local: "behind-ip", authority: "10.0.0.4:8080", src: wp, srcSA: "waypoint", srcNS: "other", forwarded: "192.0.2.9", want: "10.0.0.4:8080"},
+		{name: "waypoint ip, no identity", local: "behind-ip", authority: "10.0.0.4:8080", src: wp, srcSA: "-", forwarded: "192.0.2.9", want: "10.0.0.4:8080"},
+		{name: "unknown peer ip", local: "behind-ip", authority: "10.0.0.4:8080", src: "192.0.2.200:40000", srcSA: "waypoint", forwarded: "192.0.2.9", want: "10.0.0.4:8080"},
+		{name: "not this workload's waypoint", local: "server", authority: "10.0.0.2:8080", src: wp, srcSA: "waypoint", forwarded: "192.0.2.9", want: "10.0.0.2:8080"},
+
+		{name: "other family", local: "behind-ip", authority: "10.0.0.4:8080", src: wp, srcSA: "waypoint", forwarded: "2001:db8::9", want: "10.0.0.4:8080"},
+		{name: "loopback toward a pod", local: "behind-ip", authority: "10.0.0.4:8080", src: wp, srcSA: "waypoint", forwarded: "127.0.0.9", want: "10.0.0.4:8080"},
+		{name: "unspecified", local: "behind-ip", authority: "10.0.0.4:8080", src: wp, srcSA: "waypoint", forwarded: "0.0.0.0", want: "10.0.0.4:8080"},
+		{name: "multicast", local: "behind-ip", authority: "10.0.0.4:8080", src: wp, srcSA: "waypoint", forwarded: "224.0.0.1", want: "10.0.0.4:8080"},
+		{name: "broadcast", local: "behind-ip", authority: "10.0.0.4:8080", src: wp, srcSA: "waypoint", forwarded: "255.255.255.255", want: "10.0.0.4:8080"},
+		{name: "link-local", local: "behind-ip", authority: "10.0.0.4:8080", src: wp, srcSA: "waypoint", forwarded: "169.254.0.9", want: "10.0.0.4:8080"},
+
+		// RBAC: the forwarded client is not the source it judges.
+		{name: "forwarded from a denied range", local: "behind-ip", authority: "10.0.0.4:8080", src: wp, srcSA: "waypoint", forwarded: "10.66.0.1", want: "10.0.0.4:8080", wantFwd: "10.66.0.1"},
+		{name: "denied port, still forwarded", local: "behind-ip", authority: "10.0.0.4:9999", src: wp, srcSA: "waypoint", forwarded: "192.0.2.9", want: "10.0.0.4:9999", wantFwd: "192.0.2.9", status: 401, flag: flagDeny, err: errDenied},
+		{name: "ordinary client in the denied range", local: "behind-ip", authority: "10.0.0.4:8080", src: "10.66.0.1:40000", forwarded: "192.0.2.9", want: "10.0.0.4:8080", status: 401, flag: flagDeny, err: errDenied},
+	})
+}
+
 // TestDecideConnectNoAllocs: an accepted CONNECT to an IP authority is
 // decided without allocating (STYLE 38). A hostname authority allocates
 // the two errors of parseAuthority's failed netip parses.
@@ -317,6 +380,8 @@ func TestDecideConnectNoAllocs(t *testing.T) {
 		{local: "server", authority: "10.0.0.2:8080"},
 		{local: "waypoint", authority: "10.96.0.4:80"},
 		{local: "tunnel", authority: "192.0.2.1:80"},
+		{local: "behind-svc", authority: "10.0.0.7:8080", src: "10.0.0.10:40000", srcSA: "waypoint", forwarded: "192.0.2.9"},
+		{local: "behind-host", authority: "10.0.0.6:8080", src: "10.0.0.3:40000", srcSA: "waypoint", forwarded: "192.0.2.9"},
 	} {
 		q := tc.query(t, snap)
 		if n := testing.AllocsPerRun(100, func() {

@@ -101,6 +101,12 @@ type Config struct {
 	PoolIdleTimeout time.Duration
 	// Spoof controls source IP preservation on inbound dials (ENABLE_ORIG_SRC).
 	Spoof SpoofMode
+	// IgnoreForwarded ignores the Forwarded header of inbound HBONE
+	// requests, as ztunnel does (TRUST_WAYPOINT_FORWARDED=false). If false,
+	// the for= IP a request from the destination's own waypoint carries is
+	// the upstream source instead of the waypoint's (SPEC §2.5); from any
+	// other peer the header is always ignored.
+	IgnoreForwarded bool
 	// Mark, if non-zero, is set as SO_MARK on every socket.
 	Mark uint32
 	// KeepAlive is the TCP keep-alive of upstream sockets and of sockets
