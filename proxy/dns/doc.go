@@ -1,0 +1,28 @@
+// Package dns is the DNS proxy of each workload (SPEC §10.1), on
+// github.com/miekg/dns: UDP and TCP listeners on port 15053 answer the
+// names of mesh services from proxy/state, as ztunnel does, and forward
+// every other query to the upstream servers of gozt's resolv.conf.
+//
+// A Resolver is shared by a node: the cluster domain, the upstreams, the
+// metrics (NewMetrics registers the istio_dns_* metrics of SPEC §7.2) and
+// the per-query DEBUG log (scope dns, SPEC §7.3). A Server is one
+// workload's: its listeners, made in the workload's network namespace in
+// shared mode, the workload its queries come from, and the sockets of its
+// upstream queries (same namespace, with the mark). LookupIP resolves
+// through the same path for SOCKS5 domain targets (SPEC §10.2).
+//
+//	m := dns.NewMetrics(reg)
+//	r := dns.NewResolver(dns.Config{Upstreams: rc.Servers, Metrics: m})
+//	s := dns.NewServer(dns.ServerConfig{Resolver: r, Local: local,
+//		Addrs: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:15053")}})
+//	if err := s.Listen(ctx); err != nil { ... }
+//	go s.Serve()
+//	defer s.Shutdown(ctx)
+//
+// Name matching (match.go) is pure: the candidate names of a query (the
+// name, its Kubernetes expansions, the name with each search domain
+// stripped), each tried as is and then as wildcards, against the service
+// hostnames visible to the client, ranked as ztunnel ranks them.
+//
+// proxy/dns imports proxy/state and proxy/sockopt; proxy imports it.
+package dns

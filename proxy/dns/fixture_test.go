@@ -1,0 +1,236 @@
+package dns
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"testing"
+
+	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gozt/gozt/proxy/state"
+)
+
+// The client workload of the fixture mesh.
+var testClient = &state.Workload{
+	UID: "Kubernetes//Pod/ns1/client", Name: "client", Namespace: "ns1",
+	Addresses: []netip.Addr{netip.MustParseAddr("10.9.0.1")}, CanonicalName: "client-app", CanonicalRevision: "v7",
+}
+
+func vip(ip string) []state.NetworkAddress {
+	return []state.NetworkAddress{{Address: netip.MustParseAddr(ip)}}
+}
+
+func vips(ips ...string) []state.NetworkAddress {
+	var out []state.NetworkAddress
+	for _, ip := range ips {
+		out = append(out, vip(ip)...)
+	}
+	return out
+}
+
+// newTestStore returns the fixture mesh: services in the client's
+// namespace ns1 and in ns2/ns3, a wildcard, a ServiceEntry host, headless
+// services with endpoints, and services the DNS proxy must not answer.
+func newTestStore(t testing.TB) *state.Store {
+	t.Helper()
+	svcs := []*state.Service{
+		{Name: "svc1", Namespace: "ns1", Hostname: "svc1.ns1.svc.cluster.local", VIPs: vips("10.0.0.1", "fd00::1")},
+		{Name: "svc2", Namespace: "ns2", Hostname: "svc2.ns2.svc.cluster.local", VIPs: vip("10.0.0.2")},
+		{Name: "private", Namespace: "ns2", Hostname: "private.ns2.svc.cluster.local", VIPs: vip("10.0.0.3"),
+			Visibility: state.VisibilityNamespace},
+		{Name: "wild", Namespace: "ns1", Hostname: "*.wild.example.com", VIPs: vip("10.0.0.4")},
+		{Name: "headless", Namespace: "ns1", Hostname: "headless.ns1.svc.cluster.local"},
+		{Name: "headless4", Namespace: "ns1", Hostname: "headless4.ns1.svc.cluster.local", IPFamilies: state.FamiliesIPv4Only},
+		{Name: "v4only", Namespace: "ns1", Hostname: "v4only.ns1.svc.cluster.local", VIPs: vip("10.0.0.6")},
+		{Name: "se", Namespace: "ns1", Hostname: "se.example.com", VIPs: vip("10.0.0.7")},
+		{Name: "novip", Namespace: "ns1", Hostname: "novip.example.org"},
+		{Name: "pod", Namespace: "ns1", Hostname: "db-0.db.ns1.svc.cluster.local", VIPs: vip("10.0.0.8")},
+		{Name: "remote", Namespace: "ns1", Hostname: "remote.ns1.svc.cluster.local", VIPs: []state.NetworkAddress{
+			{Network: "nw2", Address: netip.MustParseAddr("10.0.0.9")}, {Address: netip.MustParseAddr("10.0.0.10")}}},
+		// One hostname in three namespaces: ns1's wins for ns1 clients.
+		{Name: "multi", Namespace: "ns1", Hostname: "multi.example.net", VIPs: vip("10.0.1.1")},
+		{Name: "multi", Namespace: "ns2", Hostname: "multi.example.net", VIPs: vip("10.0.1.2")},
+		// Canonical beats first for a hostname without an ns1 service.
+		{Name: "canon", Namespace: "ns2", Hostname: "canon.example.net", VIPs: vip("10.0.2.2")},
+		{Name: "canon", Namespace: "ns3", Hostname: "canon.example.net", VIPs: vip("10.0.2.3"), Canonical: true},
+	}
+	eps := []*state.Workload{
+		{UID: "Kubernetes//Pod/ns1/h1", Name: "h1", Namespace: "ns1",
+			Addresses: []netip.Addr{netip.MustParseAddr("10.1.0.1"), netip.MustParseAddr("fd01::1")},
+			Services:  map[string]state.PortMap{"ns1/headless.ns1.svc.cluster.local": {80: 80}, "ns1/headless4.ns1.svc.cluster.local": {80: 80}}},
+		{UID: "Kubernetes//Pod/ns1/h2", Name: "h2", Namespace: "ns1",
+			Addresses: []netip.Addr{netip.MustParseAddr("10.1.0.2")},
+			Services:  map[string]state.PortMap{"ns1/headless.ns1.svc.cluster.local": {80: 80}, "ns1/headless4.ns1.svc.cluster.local": {80: 80}}},
+		{UID: "Kubernetes//Pod/ns1/h3", Name: "h3", Namespace: "ns1",
+			Addresses: []netip.Addr{netip.MustParseAddr("fd01::3")},
+			Services:  map[string]state.PortMap{"ns1/headless4.ns1.svc.cluster.local": {80: 80}}},
+	}
+	st := state.NewStore(state.Config{})
+	st.Update(func(b *state.Batch) {
+		for _, s := range svcs {
+			if err := b.InsertService(s); err != nil {
+				t.Fatalf("InsertService(%s): %v", s.Key(), err)
+			}
+		}
+		for _, w := range append(eps, testClient) {
+			if err := b.InsertWorkload(w); err != nil {
+				t.Fatalf("InsertWorkload(%s): %v", w.UID, err)
+			}
+		}
+	})
+	return st
+}
+
+// upstream is a test DNS server on loopback, UDP and TCP on one port.
+type upstream struct {
+	addr netip.AddrPort
+	mu   sync.Mutex
+	seen map[string]int // "udp NAME" / "tcp NAME" → count
+}
+
+// upstreamHandler answers like a recursive resolver that knows a few
+// names: outside.example.com A 192.0.2.1, TXT records for any name, and
+// big.example.com (50 A records, truncated over UDP); NXDOMAIN otherwise.
+func (u *upstream) handler(network string) dns.HandlerFunc {
+	return func(w dns.ResponseWriter, req *dns.Msg) {
+		q := req.Question[0]
+		u.mu.Lock()
+		u.seen[network+" "+q.Name]++
+		u.mu.Unlock()
+		resp := new(dns.Msg)
+		resp.SetReply(req)
+		hdr := dns.RR_Header{Name: q.Name, Rrtype: q.Qtype, Class: dns.ClassINET, Ttl: 60}
+		switch {
+		case q.Qtype == dns.TypeTXT:
+			resp.Answer = append(resp.Answer, &dns.TXT{Hdr: hdr, Txt: []string{"from upstream"}})
+		case q.Name == "outside.example.com." && q.Qtype == dns.TypeA:
+			resp.Answer = append(resp.Answer, &dns.A{Hdr: hdr, A: net.IPv4(192, 0, 2, 1)})
+		case q.Name == "big.example.com." && network == "udp":
+			resp.Truncated = true
+		case q.Name == "big.example.com.":
+			for i := range 50 {
+				resp.Answer = append(resp.Answer, &dns.A{Hdr: hdr, A: net.IPv4(192, 0, 2, byte(i+1))})
+			}
+		default:
+			resp.Rcode = dns.RcodeNameError
+		}
+		w.WriteMsg(resp)
+	}
+}
+
+func (u *upstream) count(key string) int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.seen[key]
+}
+
+// startUpstream runs an upstream on ip until the test ends.
+func startUpstream(t testing.TB, ip string) *upstream {
+	t.Helper()
+	u := &upstream{seen: map[string]int{}}
+	pc, err := net.ListenPacket("udp", ip+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", pc.LocalAddr().String())
+	if err != nil {
+		pc.Close()
+		t.Fatal(err)
+	}
+	u.addr = netip.MustParseAddrPort(pc.LocalAddr().String())
+	for _, srv := range []*dns.Server{
+		{PacketConn: pc, Handler: u.handler("udp")},
+		{Listener: l, Handler: u.handler("tcp")},
+	} {
+		started := make(chan struct{})
+		srv.NotifyStartedFunc = func() { close(started) }
+		done := make(chan struct{})
+		go func() { defer close(done); srv.ActivateAndServe() }()
+		<-started
+		t.Cleanup(func() { srv.Shutdown(); <-done })
+	}
+	return u
+}
+
+// testServer is a DNS proxy for testClient on a loopback address.
+type testServer struct {
+	srv      *Server
+	udp, tcp string
+	reg      *prometheus.Registry
+	logs     *syncBuffer
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// startServer serves the fixture mesh on ip as testClient (or as an
+// unknown source if client is nil), forwarding to cfg.Upstreams.
+func startServer(t testing.TB, ip string, st *state.Store, client *state.Workload, cfg Config) *testServer {
+	t.Helper()
+	ts := &testServer{reg: prometheus.NewRegistry(), logs: &syncBuffer{}}
+	cfg.Metrics = NewMetrics(ts.reg)
+	cfg.Logger = slog.New(slog.NewTextHandler(ts.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	ts.srv = NewServer(ServerConfig{
+		Resolver: NewResolver(cfg),
+		Local: func(context.Context) (*state.Snapshot, *state.Workload) {
+			return st.Snapshot(), client
+		},
+		Addrs: []netip.AddrPort{netip.AddrPortFrom(netip.MustParseAddr(ip), 0)},
+	})
+	if err := ts.srv.Listen(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- ts.srv.Serve() }()
+	t.Cleanup(func() {
+		if err := ts.srv.Shutdown(context.Background()); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+		if err := <-served; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	udp, tcp := ts.srv.Addrs()
+	ts.udp, ts.tcp = udp[0].String(), tcp[0].String()
+	return ts
+}
+
+// exchange sends one query over network and fails t if no answer comes.
+func (ts *testServer) exchange(t testing.TB, network string, req *dns.Msg) *dns.Msg {
+	t.Helper()
+	addr := ts.udp
+	if network == "tcp" {
+		addr = ts.tcp
+	}
+	c := &dns.Client{Net: network}
+	resp, _, err := c.Exchange(req, addr)
+	if err != nil {
+		t.Fatalf("exchange %s %v: %v", network, req.Question, err)
+	}
+	return resp
+}
+
+func question(name string, qtype uint16) *dns.Msg {
+	m := new(dns.Msg)
+	m.SetQuestion(dns.Fqdn(name), qtype)
+	return m
+}

@@ -1,0 +1,104 @@
+package dns
+
+import (
+	"strings"
+	"time"
+
+	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gozt/gozt/proxy/state"
+)
+
+// labelNames are the labels of every DNS metric, in ztunnel's order
+// (SPEC §7.2).
+var labelNames = []string{"request_query_type", "request_protocol", "source_canonical_service", "source_canonical_revision"}
+
+// unknown is the value of a label nothing fills (SPEC §7).
+const unknown = "unknown"
+
+// labels is the label set of one DNS request.
+type labels struct {
+	queryType string // lower case: "a", "aaaa", "srv"
+	protocol  string // "udp" or "tcp"
+	service   string // the client's canonical service
+	revision  string // the client's canonical revision
+}
+
+func (l labels) values() []string {
+	return []string{l.queryType, l.protocol, l.service, l.revision}
+}
+
+// labelsFor returns the labels of a query of qtype over proto from client
+// (or nil when the source is unknown).
+func labelsFor(qtype uint16, proto string, client *state.Workload) labels {
+	l := labels{queryType: strings.ToLower(dns.Type(qtype).String()), protocol: proto, service: unknown, revision: unknown}
+	if client != nil {
+		l.service = orUnknown(client.CanonicalName)
+		l.revision = orUnknown(client.CanonicalRevision)
+	}
+	return l
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return unknown
+	}
+	return s
+}
+
+// Metrics holds the istio_dns_* metrics of a process (SPEC §7.2), shared by
+// every workload's DNS server.
+type Metrics struct {
+	requests         *prometheus.CounterVec
+	upstreamRequests *prometheus.CounterVec
+	upstreamFailures *prometheus.CounterVec
+	upstreamDuration *prometheus.HistogramVec
+}
+
+// NewMetrics registers the DNS metrics on reg. Every mode registers them at
+// start, whether or not the DNS proxy runs, and each counter starts with the
+// zero series of an unknown source's UDP A query: a CounterVec without a
+// series is absent from the exposition, and Istio's dashboard query
+// sum by (pod) (rate(istio_dns_requests_total[1m])) would then show "no
+// data" instead of 0 until the first query.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "istio_dns_requests_total",
+			Help: "Total number of DNS requests (unstable)",
+		}, labelNames),
+		upstreamRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "istio_dns_upstream_requests_total",
+			Help: "Total number of DNS requests forwarded to upstream (unstable)",
+		}, labelNames),
+		upstreamFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "istio_dns_upstream_failures_total",
+			Help: "Total number of DNS requests that failed to forward upstream (unstable)",
+		}, labelNames),
+		upstreamDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "istio_dns_upstream_request_duration_seconds",
+			Help:    "Total time in seconds Istio takes to get DNS response from upstream (unstable)",
+			Buckets: []float64{0.0005, 0.001, 0.01, 0.1, 1, 5},
+		}, labelNames),
+	}
+	reg.MustRegister(m.requests, m.upstreamRequests, m.upstreamFailures, m.upstreamDuration)
+	zero := labelsFor(dns.TypeA, "udp", nil).values()
+	m.requests.WithLabelValues(zero...)
+	m.upstreamRequests.WithLabelValues(zero...)
+	m.upstreamFailures.WithLabelValues(zero...)
+	return m
+}
+
+// request counts one request, answered locally or forwarded.
+func (m *Metrics) request(l labels) { m.requests.WithLabelValues(l.values()...).Inc() }
+
+// forwarded records one upstream request that took d and failed if failed.
+func (m *Metrics) forwarded(l labels, d time.Duration, failed bool) {
+	v := l.values()
+	m.upstreamRequests.WithLabelValues(v...).Inc()
+	m.upstreamDuration.WithLabelValues(v...).Observe(d.Seconds())
+	if failed {
+		m.upstreamFailures.WithLabelValues(v...).Inc()
+	}
+}

@@ -1,0 +1,331 @@
+package dns
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/gozt/gozt/proxy/sockopt"
+	"github.com/gozt/gozt/proxy/state"
+)
+
+// Port is the DNS proxy's port (SPEC §1.1).
+const Port = 15053
+
+// requestTimeout bounds reading a TCP request and writing any response, as
+// ztunnel's 5 s TCP request timeout.
+const requestTimeout = 5 * time.Second
+
+// errNoAddress is a lookup that found the name without an address.
+var errNoAddress = errors.New("no address")
+
+// ServerConfig configures one workload's Server.
+type ServerConfig struct {
+	// Resolver answers the queries. Required.
+	Resolver *Resolver
+	// Local returns the current snapshot and the workload this server
+	// serves, the source of every query, waiting for it as long as it sees
+	// fit (bounded by ctx); a nil workload answers SERVFAIL. Required.
+	Local func(ctx context.Context) (*state.Snapshot, *state.Workload)
+	// Addrs are the addresses to listen on, each over UDP and TCP.
+	Addrs []netip.AddrPort
+	// InNetns, if non-nil, runs fn inside the workload's network namespace:
+	// the listeners and every upstream socket are made there (shared
+	// mode). Nil means the current one.
+	InNetns func(fn func() error) error
+	// Mark, if non-zero, is set as SO_MARK on the listeners and upstream
+	// sockets, so the pod's redirect rules skip them.
+	Mark uint32
+	// ReusePort sets SO_REUSEPORT on the listeners (INPOD_PORT_REUSE).
+	ReusePort bool
+	// Logger receives operational logs; if nil they are discarded.
+	Logger *slog.Logger
+}
+
+// Server is one workload's DNS proxy: UDP and TCP listeners whose queries
+// the Resolver answers as coming from that workload.
+//
+// Listen binds, Serve serves until Shutdown, Shutdown stops both; LookupIP
+// answers in-process lookups (SOCKS5) through the same path.
+type Server struct {
+	cfg ServerConfig
+	log *slog.Logger
+
+	// lifetime is cancelled by Shutdown: it ends the waits and upstream
+	// exchanges of queries in flight.
+	lifetime context.Context
+	cancel   context.CancelFunc
+
+	mu      sync.Mutex
+	servers []*listener // bound by Listen, read-only once Serve starts
+	serving bool        // Serve was called
+	closed  bool        // Shutdown was called
+
+	wg sync.WaitGroup // the miekg/dns servers' loops
+}
+
+// listener is one bound socket and the miekg/dns server serving it.
+type listener struct {
+	srv     *dns.Server
+	addr    net.Addr
+	network string
+	started chan struct{} // closed once the server accepts Shutdown
+	done    chan struct{} // closed when its serve loop returned
+}
+
+// NewServer returns a Server that has not bound anything yet.
+func NewServer(cfg ServerConfig) *Server {
+	if cfg.Resolver == nil || cfg.Local == nil {
+		panic("dns: NewServer needs Resolver and Local")
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	s.lifetime, s.cancel = context.WithCancel(context.Background())
+	return s
+}
+
+// Listen binds a UDP and a TCP socket on every address. On failure it
+// closes what it bound and returns an error naming the address.
+func (s *Server) Listen(ctx context.Context) (err error) {
+	lc := sockopt.ListenConfig(sockopt.Options{ReusePort: s.cfg.ReusePort, Mark: s.cfg.Mark})
+	var bound []*listener
+	defer func() {
+		if err != nil {
+			for _, l := range bound {
+				closeSocket(l.srv)
+			}
+		}
+	}()
+	for _, ap := range s.cfg.Addrs {
+		addr := ap.String()
+		var pc net.PacketConn
+		var tl net.Listener
+		err := s.inNetns(func() (err error) {
+			if pc, err = lc.ListenPacket(ctx, "udp", addr); err != nil {
+				return err
+			}
+			if tl, err = lc.Listen(ctx, "tcp", pc.LocalAddr().String()); err != nil {
+				pc.Close()
+			}
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("dns: listen on %s: %w", addr, err)
+		}
+		bound = append(bound,
+			s.newListener(&dns.Server{PacketConn: pc}, pc.LocalAddr(), "udp"),
+			s.newListener(&dns.Server{Listener: tl}, tl.Addr(), "tcp"))
+	}
+	s.mu.Lock()
+	s.servers = append(s.servers, bound...)
+	s.mu.Unlock()
+	return nil
+}
+
+// newListener completes srv with the handler and limits of a DNS proxy
+// listener.
+func (s *Server) newListener(srv *dns.Server, addr net.Addr, network string) *listener {
+	l := &listener{srv: srv, addr: addr, network: network, started: make(chan struct{}), done: make(chan struct{})}
+	srv.Handler = s.handler(network)
+	srv.MsgAcceptFunc = acceptAll
+	srv.NotifyStartedFunc = func() { close(l.started) }
+	srv.ReadTimeout = requestTimeout
+	srv.WriteTimeout = requestTimeout
+	srv.IdleTimeout = func() time.Duration { return requestTimeout }
+	return l
+}
+
+// acceptAll hands every message with a header to the handler, which
+// answers FORMERR or NOTIMP itself as ztunnel does (Resolver.precheck).
+func acceptAll(dns.Header) dns.MsgAcceptAction { return dns.MsgAccept }
+
+func closeSocket(srv *dns.Server) {
+	if srv.PacketConn != nil {
+		srv.PacketConn.Close()
+	}
+	if srv.Listener != nil {
+		srv.Listener.Close()
+	}
+}
+
+func (s *Server) inNetns(fn func() error) error {
+	if s.cfg.InNetns == nil {
+		return fn()
+	}
+	return s.cfg.InNetns(fn)
+}
+
+// Addrs returns the bound UDP and TCP addresses.
+func (s *Server) Addrs() (udp, tcp []net.Addr) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, l := range s.servers {
+		if l.network == "udp" {
+			udp = append(udp, l.addr)
+		} else {
+			tcp = append(tcp, l.addr)
+		}
+	}
+	return udp, tcp
+}
+
+// Serve serves the bound sockets until Shutdown and returns after every
+// query in flight has been answered. It returns the first failure of a
+// serve loop other than the shutdown itself.
+func (s *Server) Serve() error {
+	s.mu.Lock()
+	if s.closed || s.serving {
+		s.mu.Unlock()
+		return nil
+	}
+	s.serving = true
+	errs := make([]error, len(s.servers))
+	for i, l := range s.servers {
+		s.wg.Add(1)
+		go s.serveListener(l, &errs[i])
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	return errors.Join(errs...)
+}
+
+// serveListener runs one miekg/dns server until it is shut down.
+func (s *Server) serveListener(l *listener, errp *error) {
+	defer s.wg.Done()
+	defer close(l.done)
+	if err := l.srv.ActivateAndServe(); err != nil && s.lifetime.Err() == nil {
+		*errp = fmt.Errorf("dns: serve %s %v: %w", l.network, l.addr, err)
+		s.log.Warn("dns listener failed", "addr", l.addr, "error", err)
+	}
+}
+
+// Shutdown stops the listeners, lets queries in flight finish until ctx is
+// done, then abandons their upstream exchanges. It returns once Serve's
+// loops have ended.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.closed = true
+	serving := s.serving
+	s.mu.Unlock()
+	if !serving {
+		s.cancel()
+		for _, l := range s.servers {
+			closeSocket(l.srv)
+		}
+		return nil
+	}
+	var wg sync.WaitGroup
+	for _, l := range s.servers {
+		wg.Go(func() {
+			select {
+			case <-l.started:
+				_ = l.srv.ShutdownContext(ctx)
+			case <-l.done:
+			}
+		})
+	}
+	wg.Wait()
+	s.cancel()
+	s.wg.Wait()
+	return nil
+}
+
+// handler answers the queries of one listener.
+func (s *Server) handler(network string) dns.Handler {
+	return dns.HandlerFunc(func(w dns.ResponseWriter, req *dns.Msg) {
+		resp := s.resolve(s.lifetime, req, network)
+		if network == "udp" {
+			resp.Truncate(udpSize(req))
+		}
+		if err := w.WriteMsg(resp); err != nil {
+			s.log.Debug("dns reply failed", "src.addr", w.RemoteAddr(), "error", err)
+		}
+	})
+}
+
+// udpSize is the largest UDP response req's sender accepts (RFC 6891 §6.2.5).
+func udpSize(req *dns.Msg) int {
+	if opt := req.IsEdns0(); opt != nil {
+		return max(int(opt.UDPSize()), dns.MinMsgSize)
+	}
+	return dns.MinMsgSize
+}
+
+// resolve answers req, received over network, as coming from the served
+// workload. A panic answers SERVFAIL.
+func (s *Server) resolve(ctx context.Context, req *dns.Msg, network string) (resp *dns.Msg) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.log.Error("dns handler panicked", "panic", r)
+			resp = errorReply(req, dns.RcodeServerFailure)
+		}
+	}()
+	if resp := precheck(req); resp != nil {
+		return resp
+	}
+	snap, client := s.cfg.Local(ctx)
+	return s.cfg.Resolver.answer(ctx, query{snap: snap, client: client, req: req, proto: network, dial: s.dial})
+}
+
+// dial makes an upstream socket inside the workload's network namespace,
+// with the mark.
+func (s *Server) dial(ctx context.Context, network string, addr netip.AddrPort) (net.Conn, error) {
+	d := sockopt.Dialer(netip.Addr{}, sockopt.Options{Mark: s.cfg.Mark})
+	if s.cfg.InNetns == nil {
+		return d.DialContext(ctx, network, addr.String())
+	}
+	if network == "tcp" {
+		c, err := sockopt.DialInNetns(ctx, s.cfg.InNetns, d, addr)
+		if err != nil {
+			return nil, err // not a typed-nil *net.TCPConn
+		}
+		return c, nil
+	}
+	var c net.Conn
+	err := s.cfg.InNetns(func() (err error) {
+		c, err = d.DialContext(ctx, network, addr.String())
+		return err
+	})
+	return c, err
+}
+
+// LookupIP resolves name for the served workload as a query from it would
+// be (SPEC §10.2: SOCKS5 domain targets): an A query, or AAAA when v6, and
+// the first address of the answer.
+func (s *Server) LookupIP(ctx context.Context, name string, v6 bool) (netip.Addr, error) {
+	if _, ok := dns.IsDomainName(name); !ok || name == "" {
+		return netip.Addr{}, fmt.Errorf("dns: lookup %q: not a domain name", name)
+	}
+	qtype := dns.TypeA
+	if v6 {
+		qtype = dns.TypeAAAA
+	}
+	req := new(dns.Msg)
+	req.SetQuestion(dns.Fqdn(name), qtype)
+	resp := s.resolve(ctx, req, "udp")
+	if resp.Rcode != dns.RcodeSuccess {
+		return netip.Addr{}, fmt.Errorf("dns: lookup %s: %s", name, dns.RcodeToString[resp.Rcode])
+	}
+	for _, rr := range resp.Answer {
+		switch rr := rr.(type) {
+		case *dns.A:
+			if a, ok := netip.AddrFromSlice(rr.A); ok {
+				return a.Unmap(), nil
+			}
+		case *dns.AAAA:
+			if a, ok := netip.AddrFromSlice(rr.AAAA); ok {
+				return a, nil
+			}
+		}
+	}
+	return netip.Addr{}, fmt.Errorf("dns: lookup %s: %w", name, errNoAddress)
+}
