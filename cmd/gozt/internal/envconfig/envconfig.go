@@ -78,6 +78,11 @@ type Config struct {
 	// Workers decides the worker thread count (GOMAXPROCS).
 	Workers   Workers `json:"workers"`
 	LogFormat string  `json:"logFormat"`
+
+	// TrustWaypointForwarded (TRUST_WAYPOINT_FORWARDED, gozt only) takes
+	// the inbound source from the Forwarded for= IP that the destination's
+	// own waypoint sends (SPEC §2.5); false ignores it, as ztunnel does.
+	TrustWaypointForwarded bool `json:"trustWaypointForwarded"`
 }
 
 // Load resolves the configuration from environ (os.Environ in production).
@@ -122,6 +127,7 @@ func Load(environ []string) (Config, error) {
 		KeepaliveRetries:  l.positiveInt("KEEPALIVE_RETRIES", 9),
 	}
 	c.Workers = loadWorkers(&l)
+	c.TrustWaypointForwarded = l.boolean("TRUST_WAYPOINT_FORWARDED", true)
 	c.Meta, c.MetaJSON, c.XDSHeaders, c.CAHeaders = prefixed(&l, environ)
 	c.IstioVersion = orDefault(c.Meta["ISTIO_VERSION"], "unknown")
 	c.ClusterID = orDefault(c.Meta["CLUSTER_ID"], l.str("CLUSTER_ID", "Kubernetes"))
