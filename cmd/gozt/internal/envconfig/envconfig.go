@@ -83,6 +83,19 @@ type Config struct {
 	// the inbound source from the Forwarded for= IP that the destination's
 	// own waypoint sends (SPEC §2.5); false ignores it, as ztunnel does.
 	TrustWaypointForwarded bool `json:"trustWaypointForwarded"`
+
+	// DNSCapture is the DNS_CAPTURE proxy metadata (ISTIO_META_DNS_CAPTURE):
+	// each workload's DNS proxy runs unless it is set to anything but
+	// "true" (any case), as in ztunnel.
+	DNSCapture bool `json:"dnsCapture"`
+	// DNSProxyAddr is the DNS_PROXY_ADDR proxy metadata
+	// (ISTIO_META_DNS_PROXY_ADDR): "localhost:PORT" (127.0.0.1, and ::1
+	// with IPv6) or "IP:PORT"; default localhost:15053. DNSListenAddrs
+	// resolves it.
+	DNSProxyAddr string `json:"dnsProxyAddr"`
+	// PreferredServiceNamespace is PREFERED_SERVICE_NAMESPACE (sic): the
+	// namespace whose service answers a hostname several namespaces define.
+	PreferredServiceNamespace string `json:"preferedServiceNamespace"`
 }
 
 // Load resolves the configuration from environ (os.Environ in production).
@@ -129,6 +142,7 @@ func Load(environ []string) (Config, error) {
 	c.Workers = loadWorkers(&l)
 	c.TrustWaypointForwarded = l.boolean("TRUST_WAYPOINT_FORWARDED", true)
 	c.Meta, c.MetaJSON, c.XDSHeaders, c.CAHeaders = prefixed(&l, environ)
+	c.resolveDNS(&l)
 	c.IstioVersion = orDefault(c.Meta["ISTIO_VERSION"], "unknown")
 	c.ClusterID = orDefault(c.Meta["CLUSTER_ID"], l.str("CLUSTER_ID", "Kubernetes"))
 	c.resolveMode(&l)
@@ -240,6 +254,44 @@ func (c *Config) resolveMark(l *loader) {
 		return
 	}
 	c.PacketMark = uint32(n)
+}
+
+// resolveDNS reads the DNS proxy's proxy metadata (SPEC §0.3) and
+// PREFERED_SERVICE_NAMESPACE.
+func (c *Config) resolveDNS(l *loader) {
+	capture, set := c.Meta["DNS_CAPTURE"]
+	c.DNSCapture = !set || strings.EqualFold(capture, "true")
+	c.DNSProxyAddr = orDefault(c.Meta["DNS_PROXY_ADDR"], "localhost:15053")
+	if _, err := c.dnsListenAddrs(); err != nil {
+		l.fail("ISTIO_META_DNS_PROXY_ADDR", "%v", err)
+	}
+	c.PreferredServiceNamespace = l.str("PREFERED_SERVICE_NAMESPACE", "")
+}
+
+// DNSListenAddrs returns the addresses DNSProxyAddr names: for
+// "localhost:PORT" 127.0.0.1 and, when IPv6 is enabled, ::1.
+func (c Config) DNSListenAddrs() []netip.AddrPort {
+	addrs, _ := c.dnsListenAddrs()
+	return addrs
+}
+
+func (c Config) dnsListenAddrs() ([]netip.AddrPort, error) {
+	if port, ok := strings.CutPrefix(c.DNSProxyAddr, "localhost:"); ok {
+		n, err := strconv.ParseUint(port, 10, 16)
+		if err != nil {
+			return nil, fmt.Errorf("not localhost:PORT or IP:PORT: %q", c.DNSProxyAddr)
+		}
+		addrs := []netip.AddrPort{netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), uint16(n))}
+		if c.IPv6Enabled {
+			addrs = append(addrs, netip.AddrPortFrom(netip.IPv6Loopback(), uint16(n)))
+		}
+		return addrs, nil
+	}
+	ap, err := netip.ParseAddrPort(c.DNSProxyAddr)
+	if err != nil {
+		return nil, fmt.Errorf("not localhost:PORT or IP:PORT: %q", c.DNSProxyAddr)
+	}
+	return []netip.AddrPort{ap}, nil
 }
 
 // prefixed collects ISTIO_META_*, ISTIO_METAJSON_*, XDS_HEADER_* and CA_HEADER_*.

@@ -2,6 +2,7 @@ package envconfig
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -34,6 +35,9 @@ func TestDefaults(t *testing.T) {
 		"ka retries":  {c.KeepaliveRetries, 9},
 		"inpod uds":   {c.InpodUDS, "/var/run/ztunnel/ztunnel.sock"},
 		"port reuse":  {c.InpodPortReuse, true},
+		"dns capture": {c.DNSCapture, true},
+		"dns addr":    {c.DNSProxyAddr, "localhost:15053"},
+		"dns listen":  {fmt.Sprint(c.DNSListenAddrs()), "[127.0.0.1:15053 [::1]:15053]"},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("default %s = %v, want %v", name, tc.got, tc.want)
@@ -78,6 +82,26 @@ func TestValues(t *testing.T) {
 	if err != nil || c.InpodUDS != "/run/cni/zds.sock" || c.InpodPortReuse {
 		t.Errorf("INPOD_UDS %q, INPOD_PORT_REUSE %v, %v", c.InpodUDS, c.InpodPortReuse, err)
 	}
+	for _, tc := range []struct {
+		env     []string
+		capture bool
+		listen  string
+	}{
+		{[]string{"ISTIO_META_DNS_CAPTURE=TRUE"}, true, "[127.0.0.1:15053 [::1]:15053]"},
+		{[]string{"ISTIO_META_DNS_CAPTURE=false"}, false, "[127.0.0.1:15053 [::1]:15053]"},
+		{[]string{"ISTIO_META_DNS_CAPTURE=1"}, false, "[127.0.0.1:15053 [::1]:15053]"},
+		{[]string{"ISTIO_META_DNS_PROXY_ADDR=localhost:5353", "IPV6_ENABLED=false"}, true, "[127.0.0.1:5353]"},
+		{[]string{"ISTIO_META_DNS_PROXY_ADDR=[::1]:53"}, true, "[[::1]:53]"},
+	} {
+		c, err = Load(tc.env)
+		if err != nil || c.DNSCapture != tc.capture || fmt.Sprint(c.DNSListenAddrs()) != tc.listen {
+			t.Errorf("Load(%q): DNSCapture %v, DNSListenAddrs %v, %v; want %v, %s", tc.env, c.DNSCapture, c.DNSListenAddrs(), err, tc.capture, tc.listen)
+		}
+	}
+	c, err = Load([]string{"PREFERED_SERVICE_NAMESPACE=istio-system"})
+	if err != nil || c.PreferredServiceNamespace != "istio-system" {
+		t.Errorf("PREFERED_SERVICE_NAMESPACE = %q, %v", c.PreferredServiceNamespace, err)
+	}
 	c, err = Load([]string{"XDS_ADDRESS="})
 	if err != nil || c.XDSAddress != "" {
 		t.Errorf("empty XDS_ADDRESS = %q, %v; want disabled", c.XDSAddress, err)
@@ -109,6 +133,8 @@ func TestBadValues(t *testing.T) {
 		"KEEPALIVE_RETRIES=-1",
 		"INPOD_PORT_REUSE=perhaps",
 		"CRL_PATH=/var/run/secrets/istio/crl/ca-crl.pem",
+		"ISTIO_META_DNS_PROXY_ADDR=not-an-address",
+		"ISTIO_META_DNS_PROXY_ADDR=localhost:http",
 	} {
 		env := []string{kv}
 		name, _, _ := strings.Cut(kv, "=")
