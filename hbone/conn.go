@@ -17,8 +17,9 @@ import (
 //
 // Goroutines and ownership:
 //   - The read loop (the ServeConn goroutine, or the client's reader) owns the
-//     read side: br, rfr, hdec, hblock, scratch, abuse, sawSettings. It never
-//     blocks on wmu: frames it must send go through the control queue.
+//     read side: br, rfr, hdec, hblock, scratch, abuse, lastClosedData,
+//     sawSettings. It never blocks on wmu: frames it must send go through
+//     the control queue.
 //   - The flusher (flushLoop) writes queued control frames and performs
 //     graceful closes. Application goroutines write their own DATA and
 //     HEADERS under wmu.
@@ -37,14 +38,16 @@ type conn struct {
 	handlers sync.WaitGroup
 
 	// Read side, owned by the read loop.
-	br          *bufio.Reader
-	rfr         *http2.Framer
-	hdec        *hpack.Decoder
-	hblock      headerBlock
-	scratch     []byte
-	pending     []chunk // chunks being filled by the read loop
-	abuse       abuseCounters
-	sawSettings bool
+	br      *bufio.Reader
+	rfr     *http2.Framer
+	hdec    *hpack.Decoder
+	hblock  headerBlock
+	scratch []byte
+	pending []chunk // chunks being filled by the read loop
+	abuse   abuseCounters
+	// lastClosedData is the closed stream we last answered DATA on.
+	lastClosedData uint32
+	sawSettings    bool
 
 	// Write side. wmu serializes all frame writes; the fields below it are
 	// guarded by it.

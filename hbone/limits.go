@@ -22,6 +22,12 @@ const (
 	// client is refused only for the streams it sent before it saw our
 	// GOAWAY or SETTINGS, one flight of them.
 	maxRefusals = 1000
+	// maxClosedFrames bounds the STREAM_CLOSED resets we answer DATA on
+	// closed streams with (RFC 9113 §6.1). Not counted toward
+	// maxLocalResets: a well-behaved client's DATA in flight when we
+	// answered a stream with a non-200 and reset it lands here, one answer
+	// per stream.
+	maxClosedFrames = 1000
 	// maxSettings bounds SETTINGS frames (CVE-2019-9515).
 	maxSettings = 100
 	// maxPings bounds PING frames (CVE-2019-9512).
@@ -75,6 +81,7 @@ type abuseCounters struct {
 	peerResets  rateCounter
 	localResets rateCounter
 	refusals    rateCounter
+	closedData  rateCounter
 	settings    rateCounter
 	pings       rateCounter
 	emptyFrames rateCounter

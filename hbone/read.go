@@ -178,7 +178,12 @@ func (c *conn) processData(fh http2.FrameHeader) error {
 		if err := c.discard(data+pad, length); err != nil {
 			return err
 		}
-		if code != http2.ErrCodeNo {
+		switch {
+		case s == nil && !c.server:
+			return nil // as x/net's Transport: what a stream we closed had in flight
+		case s == nil:
+			return c.closedStreamData(id)
+		case code != http2.ErrCodeNo:
 			return c.streamError(id, code)
 		}
 		return nil
@@ -215,18 +220,19 @@ func (c *conn) readPadding(fh http2.FrameHeader) (data, pad int64, err error) {
 }
 
 // dataAllowed reports whether a DATA frame of length bytes may be delivered
-// to s; if not, code is the stream error to answer with (NO_ERROR: drop it
-// silently, as for streams we already reset).
+// to s (nil: a closed stream); if not, code is the stream error to answer
+// with (NO_ERROR: drop it silently, as while our reset of the stream is on
+// its way or after the application closed it).
 func (c *conn) dataAllowed(s *stream, length int64) (code http2.ErrCode, ok bool) {
 	if s == nil {
-		return http2.ErrCodeNo, false // closed stream: ignored (RFC 9113 §5.1)
+		return http2.ErrCodeStreamClosed, false // RFC 9113 §6.1
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
-	case s.flags&(fResetSent|fResetRecv|fClosed) != 0:
+	case s.flags&(fResetSent|fClosed) != 0:
 		return http2.ErrCodeNo, false
-	case s.flags&fRemoteEnded != 0:
+	case s.flags&(fRemoteEnded|fResetRecv) != 0:
 		return http2.ErrCodeStreamClosed, false
 	case length > s.inflow:
 		return http2.ErrCodeFlowControl, false
@@ -234,6 +240,25 @@ func (c *conn) dataAllowed(s *stream, length int64) (code http2.ErrCode, ok bool
 		return http2.ErrCodeProtocol, false // DATA before the response
 	}
 	return 0, true
+}
+
+// closedStreamData answers DATA on closed stream id with STREAM_CLOSED
+// (RFC 9113 §6.1), as x/net's server does, once per run of frames on the
+// same stream (what a peer had in flight when the stream closed arrives
+// together), and bounded by maxClosedFrames like every answer a peer can
+// make us queue.
+func (c *conn) closedStreamData(id uint32) error {
+	if id == c.lastClosedData {
+		return nil
+	}
+	c.lastClosedData = id
+	if c.abuse.closedData.add(time.Now(), maxClosedFrames) {
+		return calm("too many frames on closed streams")
+	}
+	if !c.queueCtrl(ctrlFrame{kind: ctrlRST, stream: id, code: http2.ErrCodeStreamClosed}) {
+		return calm("control queue full")
+	}
+	return nil
 }
 
 // discard skips n payload bytes and returns the frame's connection credit.

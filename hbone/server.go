@@ -188,9 +188,7 @@ func (c *conn) serverHeaders(id uint32, end bool) error {
 		if s == nil {
 			return connError{http2.ErrCodeProtocol, "HEADERS on a closed stream"}
 		}
-		// A second header block (trailers) has no place on a tunnel (RFC
-		// 9113 §8.5).
-		return c.streamError(id, http2.ErrCodeProtocol)
+		return c.trailers(s, end)
 	}
 	c.maxPeerID = id
 	draining := c.goAwaySent
@@ -225,6 +223,41 @@ func (c *conn) serverHeaders(id uint32, end bool) error {
 	return c.openServerStream(id, end)
 }
 
+// trailers handles a second header block on an open stream (RFC 9113
+// §8.1), as x/net's server does: ignored when we are resetting the stream;
+// STREAM_CLOSED once the client ended or reset it (§5.1); PROTOCOL_ERROR on
+// a tunnel, where only DATA may follow (§8.5), or when it is not a trailer
+// section (no END_STREAM, or pseudo-headers). Valid trailers end a
+// non-CONNECT request's body; their fields are dropped, as every such
+// request is answered 400 by the proxy.
+func (c *conn) trailers(s *stream, end bool) error {
+	h := &c.hblock
+	s.mu.Lock()
+	f := s.flags
+	s.mu.Unlock()
+	switch {
+	case f&fResetSent != 0:
+		return nil
+	case f&(fRemoteEnded|fResetRecv) != 0:
+		return c.streamError(s.id, http2.ErrCodeStreamClosed)
+	case f&fTunnel != 0, !end, h.pseudo.seen != 0, h.invalid != "", h.truncated:
+		return c.streamError(s.id, http2.ErrCodeProtocol)
+	}
+	s.mu.Lock()
+	s.flags |= fRemoteEnded
+	if s.rerr == nil {
+		s.rerr = io.EOF
+	}
+	s.wakeLocked()
+	push := s.pushReadyLocked()
+	s.mu.Unlock()
+	if push {
+		s.pushOut(false)
+	}
+	c.streamUpdate(s)
+	return nil
+}
+
 // refuseStream resets stream id with REFUSED_STREAM: we did not process it,
 // and the peer may retry it elsewhere (RFC 9113 §8.7). Refusals are counted
 // and bounded like every frame a peer can make us queue, so that a peer
@@ -252,6 +285,10 @@ func (c *conn) requestProblem() string {
 		return "missing :method"
 	case p.seen&seenProtocol != 0:
 		return "extended CONNECT is not supported" // we never sent SETTINGS_ENABLE_CONNECT_PROTOCOL
+	case p.method != http.MethodConnect && (p.seen&seenScheme == 0 || p.path == ""):
+		// RFC 9113 §8.3.1: every other request has :scheme and a non-empty
+		// :path. Malformed: reset, not answered (x/net's server does so too).
+		return "missing :scheme or :path"
 	case p.method != http.MethodConnect:
 		return ""
 	case p.seen&(seenScheme|seenPath) != 0:
@@ -276,6 +313,9 @@ func (c *conn) openServerStream(id uint32, end bool) error {
 	ss := &ServerStream{method: h.pseudo.method, authority: h.pseudo.authority}
 	s := &ss.stream
 	s.init(c, id)
+	if ss.method == http.MethodConnect {
+		s.flags |= fTunnel
+	}
 	s.fields = h.fieldList()
 	if end {
 		s.flags |= fRemoteEnded

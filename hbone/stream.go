@@ -24,6 +24,7 @@ const (
 	fReleased                            // the stream no longer counts toward the concurrency limit
 	fRemoved                             // the stream left the connection's map
 	fHandlerDone                         // server: the handler answered with a non-200 or gave up
+	fTunnel                              // server: the request is a CONNECT (RFC 9113 §8.5)
 )
 
 // stream is one HTTP/2 stream carrying a tunnel. It is the common part of
