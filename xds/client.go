@@ -138,6 +138,8 @@ type Client struct {
 	mu    sync.Mutex
 	acked map[string]bool // type URLs whose first ACK was sent; guarded by mu
 	ready chan struct{}   // closed when acked holds every subscribed type
+	// status is the stream's state for Status; guarded by mu.
+	status Status
 
 	held map[string]map[string]string // type URL → name → version; Run only
 }
@@ -185,6 +187,38 @@ func NewClient(cfg Config) (*Client, error) {
 // rejected resource (NACK) does not count.
 func (c *Client) Ready() <-chan struct{} { return c.ready }
 
+// Status is the state of the client's stream to istiod, for the admin live
+// view.
+type Status struct {
+	// Connected reports whether a stream is established now.
+	Connected bool
+	// Since is when Connected last changed (the first attempt's outcome
+	// counts as a change); zero before the first attempt ended or connected.
+	Since time.Time
+	// LastError is how the last stream failed, or "" if none has yet.
+	LastError string
+}
+
+// Status returns the state of the stream to istiod now.
+func (c *Client) Status() Status {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.status
+}
+
+// setStatus records that a stream was established (connected) or ended
+// with err.
+func (c *Client) setStatus(connected bool, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.status.Since.IsZero() || c.status.Connected != connected {
+		c.status.Connected, c.status.Since = connected, time.Now()
+	}
+	if err != nil {
+		c.status.LastError = err.Error()
+	}
+}
+
 // markAcked records that a response of typeURL was ACKed.
 func (c *Client) markAcked(typeURL string) {
 	c.mu.Lock()
@@ -216,6 +250,7 @@ func (c *Client) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
+		c.setStatus(false, res.err)
 		c.metrics.terminated(res.reason)
 		var delay time.Duration
 		if res.benign() {
@@ -270,6 +305,7 @@ func (c *Client) runStream(ctx context.Context) streamResult {
 		}
 	}
 	c.log.Info("xds stream established", "address", c.cfg.Address)
+	c.setStatus(true, nil)
 	for {
 		resp, err := stream.Recv()
 		if err != nil {
