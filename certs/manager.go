@@ -79,6 +79,45 @@ type Manager struct {
 	running bool                   // a Run is active
 	free    int                    // unused Issue slots
 	queue   [numPriorities][]*call // calls waiting for a slot, oldest first
+
+	// issuerStatus is the issuer's latest outcomes, for the admin live
+	// view; guarded by mu.
+	issuerStatus IssuerStatus
+}
+
+// IssuerStatus is how the issuer (the CA) answered lately, for the admin
+// live view.
+type IssuerStatus struct {
+	// OK reports whether the last Issue that ended (not cancelled by its
+	// caller) succeeded.
+	OK bool
+	// Since is when OK last changed (the first outcome counts as a
+	// change); zero before any Issue ended.
+	Since time.Time
+	// LastIssued is when the last certificate was issued, or zero.
+	LastIssued time.Time
+	// LastError is the last failure, or "" if none yet.
+	LastError string
+}
+
+// IssuerStatus returns the issuer's latest outcomes.
+func (m *Manager) IssuerStatus() IssuerStatus {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.issuerStatus
+}
+
+// noteIssueLocked records one Issue's outcome in m.issuerStatus.
+func (m *Manager) noteIssueLocked(now time.Time, err error) {
+	st := &m.issuerStatus
+	if st.Since.IsZero() || st.OK != (err == nil) {
+		st.OK, st.Since = err == nil, now
+	}
+	if err != nil {
+		st.LastError = err.Error()
+	} else {
+		st.LastIssued = now
+	}
 }
 
 // entry is one identity's cache slot; all fields are guarded by Manager.mu.
@@ -213,10 +252,13 @@ func (m *Manager) issue(e *entry, cl *call) {
 	defer m.mu.Unlock()
 	e.call = nil
 	close(cl.done)
+	now := m.now()
+	if err == nil || cl.ctx.Err() == nil {
+		m.noteIssueLocked(now, err)
+	}
 	if m.entries[e.id] != e {
 		return // forgotten meanwhile
 	}
-	now := m.now()
 	switch {
 	case err == nil:
 		e.cert, e.err, e.failures = cert, nil, 0
