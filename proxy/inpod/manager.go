@@ -120,6 +120,9 @@ type Manager struct {
 
 	mu   sync.Mutex
 	pods map[string]*pod
+	// status is the connection's state for Status; guarded by mu, written
+	// by Run's goroutine.
+	status Status
 
 	// Owned by Run's goroutine.
 	sess  *session    // current connection, or nil while disconnected
@@ -147,6 +150,37 @@ func New(cfg Config) (*Manager, error) {
 // processed this connection's snapshot, and has no pending pod (SPEC §8.3,
 // the "workload proxy manager" blocker).
 func (m *Manager) Ready() bool { return m.ready.Load() }
+
+// Status is the state of the connection to istio-cni, for the admin live
+// view.
+type Status struct {
+	// Connected reports whether the Manager is connected now.
+	Connected bool
+	// Since is when Connected last changed (the first attempt's outcome
+	// counts as a change); zero before the first attempt.
+	Since time.Time
+	// LastError is how the last connection failed or ended, or "".
+	LastError string
+}
+
+// Status returns the state of the connection to istio-cni now.
+func (m *Manager) Status() Status {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.status
+}
+
+// setStatus records a connection (connected) or its failure or end (err).
+func (m *Manager) setStatus(connected bool, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.status.Since.IsZero() || m.status.Connected != connected {
+		m.status.Connected, m.status.Since = connected, time.Now()
+	}
+	if err != nil {
+		m.status.LastError = err.Error()
+	}
+}
 
 // Pods returns the pods the Manager knows, sorted by uid.
 func (m *Manager) Pods() []PodState {
@@ -192,6 +226,7 @@ func (m *Manager) loop(ctx context.Context) error {
 				bo.reset()
 			}
 		}
+		m.setStatus(false, err)
 		switch {
 		case errors.Is(err, ErrProtocol):
 			m.log.Error("istio-cni broke the zds protocol; stopping the workload manager", "err", err)
@@ -253,6 +288,7 @@ func (m *Manager) connect(ctx context.Context) (*session, error) {
 	s := &session{conn: c, msgs: make(chan datagram), log: m.log, named: make(map[string]bool)}
 	go readLoop(c, s.msgs)
 	m.sess = s
+	m.setStatus(true, nil)
 	m.log.Info("connected to istio-cni", "path", m.cfg.path())
 	return s, nil
 }
