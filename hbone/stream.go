@@ -291,7 +291,15 @@ func (s *stream) endWrite() error {
 
 // Close ends the stream. Unless both directions already ended it resets the
 // stream with CANCEL, which the peer reads as EOF. Unread bytes are dropped.
-func (s *stream) Close() error {
+func (s *stream) Close() error { return s.closeWith(http2.ErrCodeCancel) }
+
+// Abort ends the stream as Close does, but resets it with CONNECT_ERROR:
+// the TCP connection the tunnel carries was reset or closed abnormally
+// (RFC 9113 §8.5), which the peer reads as an error, not as EOF, and which
+// gozt's relay turns into a TCP reset of its own leg.
+func (s *stream) Abort() error { return s.closeWith(http2.ErrCodeConnect) }
+
+func (s *stream) closeWith(code http2.ErrCode) error {
 	s.mu.Lock()
 	if s.flags&fClosed != 0 {
 		s.mu.Unlock()
@@ -307,7 +315,7 @@ func (s *stream) Close() error {
 	s.wakeLocked()
 	s.discardLocked()
 	if rst {
-		s.c.queueCtrl(ctrlFrame{kind: ctrlRST, stream: s.id, code: http2.ErrCodeCancel})
+		s.c.queueCtrl(ctrlFrame{kind: ctrlRST, stream: s.id, code: code})
 	}
 	run := s.pushReadyLocked()
 	s.mu.Unlock()

@@ -32,8 +32,11 @@
 //     "Making HBONE fast").
 //
 // Errors: when a direction fails, the copy is aborted: both connections are
-// closed, *net.TCPConn legs (also under a *tls.Conn) with SO_LINGER 0 so the
-// peers see a reset rather than a clean end (TESTPLAN F11, F15, F16). Resets,
+// closed, *net.TCPConn legs (also under a *tls.Conn) with SO_LINGER 0 and
+// HBONE streams with RST_STREAM CONNECT_ERROR, so the peers see a reset
+// rather than a clean end (TESTPLAN F11, F15, F16); a stream reset with
+// CONNECT_ERROR reads as an error, which aborts the copy on the far proxy
+// too, so a reset crosses the tunnel as a reset both ways. Resets,
 // broken pipes and use of a closed connection are what peers and callers
 // normally cause at the end of a connection, so they end the copy without an
 // error (STYLE 18); any other failure is returned. A leg whose peer reset it
@@ -160,11 +163,25 @@ func (p *pair) finish(halves ...*half) {
 	}
 }
 
+// aborter is a conn that can end with a reset its peer reads as an error:
+// an HBONE stream, reset with CONNECT_ERROR (RFC 9113 §8.5), which the far
+// proxy's relay turns back into a TCP reset (issue 14, defect 5). Its Close
+// resets with CANCEL, which reads as EOF (SPEC §2.2).
+type aborter interface {
+	Abort() error
+}
+
 // abort closes c so that its peer sees a reset, not an orderly end: a TCP
 // socket (bare or under TLS) gets SO_LINGER 0, so close(2) sends RST. A
 // *tls.Conn has its socket closed first so that no close_notify, which reads
-// as a clean end, goes out. Other conns are just closed.
+// as a clean end, goes out. An HBONE stream is reset with CONNECT_ERROR.
+// Other conns are just closed.
 func abort(c net.Conn) {
+	if a, ok := c.(aborter); ok {
+		// Like Close, Abort can only fail on an already closed stream.
+		_ = a.Abort()
+		return
+	}
 	if tcp := socketOf(c); tcp != nil {
 		// Errors are ignored: the conn may already be closed or reset,
 		// and closing is all that is left to do with it.
