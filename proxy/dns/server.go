@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/miekg/dns"
@@ -45,6 +46,10 @@ type ServerConfig struct {
 	Mark uint32
 	// ReusePort sets SO_REUSEPORT on the listeners (INPOD_PORT_REUSE).
 	ReusePort bool
+	// OptionalIPv6 skips an IPv6 address that cannot be bound because the
+	// namespace has no IPv6, as ztunnel binds localhost in a pod without
+	// IPv6 on 127.0.0.1 only.
+	OptionalIPv6 bool
 	// Logger receives operational logs; if nil they are discarded.
 	Logger *slog.Logger
 }
@@ -118,12 +123,19 @@ func (s *Server) Listen(ctx context.Context) (err error) {
 			}
 			return err
 		})
+		if err != nil && s.cfg.OptionalIPv6 && ap.Addr().Is6() && noIPv6(err) {
+			s.log.Debug("dns proxy: no IPv6 in the namespace; not listening on it", "addr", addr, "error", err)
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("dns: listen on %s: %w", addr, err)
 		}
 		bound = append(bound,
 			s.newListener(&dns.Server{PacketConn: pc}, pc.LocalAddr(), "udp"),
 			s.newListener(&dns.Server{Listener: tl}, tl.Addr(), "tcp"))
+	}
+	if len(bound) == 0 {
+		return fmt.Errorf("dns: no address to listen on in %v", s.cfg.Addrs)
 	}
 	s.mu.Lock()
 	s.servers = append(s.servers, bound...)
@@ -142,6 +154,11 @@ func (s *Server) newListener(srv *dns.Server, addr net.Addr, network string) *li
 	srv.WriteTimeout = requestTimeout
 	srv.IdleTimeout = func() time.Duration { return requestTimeout }
 	return l
+}
+
+// noIPv6 reports whether err is binding an IPv6 address where IPv6 is off.
+func noIPv6(err error) bool {
+	return errors.Is(err, syscall.EADDRNOTAVAIL) || errors.Is(err, syscall.EAFNOSUPPORT)
 }
 
 // acceptAll hands every message with a header to the handler, which
