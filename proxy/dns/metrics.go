@@ -57,11 +57,15 @@ type Metrics struct {
 }
 
 // NewMetrics registers the DNS metrics on reg. Every mode registers them at
-// start, whether or not the DNS proxy runs, and each counter starts with the
-// zero series of an unknown source's UDP A query: a CounterVec without a
-// series is absent from the exposition, and Istio's dashboard query
-// sum by (pod) (rate(istio_dns_requests_total[1m])) would then show "no
-// data" instead of 0 until the first query.
+// start, whether or not the DNS proxy runs, and each counter starts with its
+// one series whose every label is empty, at 0: a CounterVec without a series
+// is absent from the exposition, and the ztunnel dashboard's
+// sum by (pod) (rate(istio_dns_requests_total[1m])) would read "No data"
+// instead of 0 until the first query. The series stands for no query and is
+// never counted (a query's request_protocol is always udp or tcp, its other
+// labels a value or "unknown"); Prometheus stores the empty labels as
+// absent, so any query filtering on a DNS label leaves it out. This is the
+// convention of the traffic counters (proxy.NewMetrics).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -83,10 +87,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, labelNames),
 	}
 	reg.MustRegister(m.requests, m.upstreamRequests, m.upstreamFailures, m.upstreamDuration)
-	zero := labelsFor(dns.TypeA, "udp", nil).values()
-	m.requests.WithLabelValues(zero...)
-	m.upstreamRequests.WithLabelValues(zero...)
-	m.upstreamFailures.WithLabelValues(zero...)
+	empty := make([]string, len(labelNames))
+	for _, c := range []*prometheus.CounterVec{m.requests, m.upstreamRequests, m.upstreamFailures} {
+		c.WithLabelValues(empty...)
+	}
 	return m
 }
 
