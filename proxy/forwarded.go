@@ -27,8 +27,8 @@ import (
 // element than another. It accepts optional whitespace around ',' (RFC 7230
 // §7) and, as senders commonly write it, around ';'. Only the last element
 // is interpreted: its for= must be an IP literal, else (unknown, obfuscated,
-// absent, not a node) there is no address. Nothing here allocates unless a
-// quoted-string holds quoted-pairs.
+// absent, not a node) there is no address. Nothing here allocates unless
+// that for= value holds quoted-pairs.
 
 // forwardedFor returns the IP of the for= parameter of the last element of
 // the Forwarded header whose field values are fields (several fields are one
