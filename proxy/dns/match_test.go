@@ -84,7 +84,9 @@ func TestWildcards(t *testing.T) {
 // once, else the last canonical, else the preferred namespace unless a
 // canonical came first, else the first.
 func TestBestService(t *testing.T) {
-	svc := func(ns string, canonical bool) *state.Service { return &state.Service{Namespace: ns, Canonical: canonical} }
+	svc := func(ns string, canonical bool) *state.Service {
+		return &state.Service{Namespace: ns, Canonical: canonical}
+	}
 	a, b, c := svc("a", false), svc("b", false), svc("c", false)
 	ca, cb := svc("a", true), svc("b", true)
 	client := svc("client", false)
