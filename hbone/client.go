@@ -273,9 +273,6 @@ func (c *conn) clientHeaders(id uint32, end bool) error {
 	s.status = status
 	s.fields = h.fieldList()
 	s.flags |= fResponded
-	if status == http.StatusOK {
-		s.flags |= fAccepted
-	}
 	if end {
 		s.flags |= fRemoteEnded
 		if s.rerr == nil {

@@ -3,6 +3,7 @@ package hbone
 import (
 	"bufio"
 	"bytes"
+	"io"
 	"log/slog"
 	"net"
 	"sync"
@@ -133,8 +134,7 @@ func newConn(nc net.Conn, cfg resolved, server bool) *conn {
 	c.peerMaxFrame.Store(minFrameSize)
 	c.bw.w = nc
 	c.batch = batchConnOf(nc)
-	c.rfr = http2.NewFramer(nil, c.br)
-	c.rfr.SetMaxReadFrameSize(cfg.maxFrameSize)
+	c.rfr = newFrameReader(c.br, cfg.maxFrameSize)
 	c.wfr = http2.NewFramer(&c.bw, nil)
 	c.henc = hpack.NewEncoder(&c.hbuf)
 	c.hblock.init(c)
@@ -354,4 +354,11 @@ func (c *conn) waitIdle(done <-chan struct{}) bool {
 			return false
 		}
 	}
+}
+
+// newFrameReader returns the Framer the read loop reads frames with.
+func newFrameReader(r io.Reader, maxFrameSize uint32) *http2.Framer {
+	fr := http2.NewFramer(nil, r)
+	fr.SetMaxReadFrameSize(maxFrameSize)
+	return fr
 }

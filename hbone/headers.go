@@ -242,12 +242,24 @@ func (c *conn) processHeaders(f *http2.HeadersFrame) error {
 
 // readHeaderBlock decodes the HEADERS fragment and its CONTINUATION frames
 // into c.hblock, bounding the frames and encoded bytes of the block.
+//
+// A block in several frames is gathered here and decoded at once: fed
+// fragment by fragment, the HPACK decoder would keep a field split across
+// frames in a buffer of its own that stays as large as that field for the
+// connection's life. After a large block the frame reader is replaced for
+// the same reason (its read buffer stays as large as the largest frame), so
+// an idle connection is back to its usual size (issue 14, defect 6).
 func (c *conn) readHeaderBlock(f *http2.HeadersFrame) error {
 	frag := f.HeaderBlockFragment()
 	used, frames, ended := len(frag), 1, f.HeadersEnded()
-	if err := c.decodeFragment(frag, ended); err != nil {
-		return err
+	defer func() { c.shrinkReader(used) }() // used as it is at the end
+	if ended {
+		return c.finishHeaderBlock(frag)
 	}
+	if len(frag) == 0 && c.abuse.emptyFrames.add(time.Now(), maxEmptyFrames) {
+		return calm("too many empty frames")
+	}
+	block := append([]byte(nil), frag...) // frag is the frame reader's buffer
 	for !ended {
 		fh, err := c.rfr.ReadFrameHeader() // the Framer insists on a CONTINUATION of this stream
 		if err != nil {
@@ -264,9 +276,19 @@ func (c *conn) readHeaderBlock(f *http2.HeadersFrame) error {
 		}
 		cf := fr.(*http2.ContinuationFrame)
 		ended = cf.HeadersEnded()
-		if err := c.decodeFragment(cf.HeaderBlockFragment(), ended); err != nil {
-			return err
+		frag := cf.HeaderBlockFragment()
+		if len(frag) == 0 && !ended && c.abuse.emptyFrames.add(time.Now(), maxEmptyFrames) {
+			return calm("too many empty frames")
 		}
+		block = append(block, frag...)
+	}
+	return c.finishHeaderBlock(block)
+}
+
+// finishHeaderBlock decodes a whole header block into c.hblock.
+func (c *conn) finishHeaderBlock(block []byte) error {
+	if _, err := c.hdec.Write(block); err != nil {
+		return connError{http2.ErrCodeCompression, fmt.Sprintf("hpack: %v", err)}
 	}
 	if err := c.hdec.Close(); err != nil {
 		return connError{http2.ErrCodeCompression, "truncated header block"}
@@ -274,12 +296,26 @@ func (c *conn) readHeaderBlock(f *http2.HeadersFrame) error {
 	return nil
 }
 
-func (c *conn) decodeFragment(frag []byte, ended bool) error {
-	if len(frag) == 0 && !ended && c.abuse.emptyFrames.add(time.Now(), maxEmptyFrames) {
-		return calm("too many empty frames")
+// largeHeaderBlock is the encoded size past which a header block's buffers
+// are not kept for the next one.
+const largeHeaderBlock = 16 << 10
+
+// hpackNoop is a header block that changes no HPACK state: one indexed
+// field of the static table (:method GET), decoded with emission off.
+var hpackNoop = []byte{0x82}
+
+// shrinkReader replaces the frame reader after a header block of used
+// encoded bytes, when that block was large. Between blocks the reader holds
+// no state but its buffer and settings. The HPACK decoder keeps a slice of
+// the last bytes it was given, so it is handed hpackNoop to let go of the
+// large block.
+func (c *conn) shrinkReader(used int) {
+	if used <= largeHeaderBlock {
+		return
 	}
-	if _, err := c.hdec.Write(frag); err != nil {
-		return connError{http2.ErrCodeCompression, fmt.Sprintf("hpack: %v", err)}
-	}
-	return nil
+	c.rfr = newFrameReader(c.br, c.cfg.maxFrameSize)
+	c.hdec.SetEmitEnabled(false) // hblock.reset turns it on for the next block
+	// A complete block of one static field cannot fail to decode.
+	_, _ = c.hdec.Write(hpackNoop)
+	_ = c.hdec.Close()
 }

@@ -312,10 +312,11 @@ func (c *conn) releasePending() {
 }
 
 // deliver appends a DATA frame's payload (read by readPayload) to s and does
-// the flow-control accounting: stream credit waits for the application;
-// connection credit is returned now for accepted streams while the
-// connection's buffered bytes stay under maxConnBuffered, and otherwise when
-// the bytes are read.
+// the flow-control accounting: stream and connection credit both wait for
+// the application to read the bytes (padding is credited at once), so a
+// connection never buffers more than its window (16 MiB by default, as
+// ztunnel's h2 releases capacity only as it is consumed, SPEC §2.2),
+// however many of its streams have a destination that does not read.
 func (c *conn) deliver(s *stream, length, data int64, end bool) {
 	s.mu.Lock()
 	if s.flags&(fResetSent|fResetRecv|fClosed) != 0 {
@@ -344,15 +345,10 @@ func (c *conn) deliver(s *stream, length, data int64, end bool) {
 			s.rerr = io.EOF
 		}
 	}
+	s.held += data
 	c.mu.Lock()
 	c.unread += data
-	credit := length - data
-	if s.flags&fAccepted != 0 && c.unread <= c.maxConnBuffered() {
-		credit += data
-	} else {
-		s.held += data
-	}
-	c.creditOwed += credit
+	c.creditOwed += length - data
 	inc := c.connCreditLocked()
 	c.mu.Unlock()
 	s.wakeLocked()
@@ -366,12 +362,6 @@ func (c *conn) deliver(s *stream, length, data int64, end bool) {
 		c.streamUpdate(s)
 	}
 }
-
-// maxConnBuffered bounds the bytes buffered across a connection's streams for
-// which connection credit was already returned. Past it, credit is returned
-// only as bytes are read, so the connection holds at most this plus its
-// window.
-func (c *conn) maxConnBuffered() int64 { return 4 * int64(c.cfg.connWindow) }
 
 // connCreditLocked takes the owed connection credit when it is worth a
 // WINDOW_UPDATE (a quarter of the window) and returns it, or zero.

@@ -448,8 +448,6 @@ func (s *ServerStream) Respond(status int, h http.Header) error {
 	s.flags |= fResponded
 	if end {
 		s.flags |= fHandlerDone
-	} else {
-		s.flags |= fAccepted
 	}
 	werr := s.writeErrLocked()
 	if werr != nil {

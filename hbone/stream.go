@@ -20,7 +20,6 @@ const (
 	fResetRecv                           // the peer sent RST_STREAM
 	fClosed                              // the application called Close
 	fResponded                           // server: Respond called; client: final response received
-	fAccepted                            // connection credit is returned on receipt
 	fReleased                            // the stream no longer counts toward the concurrency limit
 	fRemoved                             // the stream left the connection's map
 	fHandlerDone                         // server: the handler answered with a non-200 or gave up
