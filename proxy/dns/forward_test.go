@@ -1,6 +1,7 @@
 package dns
 
 import (
+	"context"
 	"net"
 	"net/netip"
 	"strings"
@@ -9,6 +10,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gozt/gozt/proxy/state"
 )
 
 // silentUpstream returns the address of a UDP socket that never answers.
@@ -82,5 +86,59 @@ func TestForwardTruncation(t *testing.T) {
 	resp = ts.exchange(t, "udp", req)
 	if resp.Truncated || len(resp.Answer) != 50 {
 		t.Errorf("big answer over UDP with EDNS 4096: TC=%v with %d answers, want all 50", resp.Truncated, len(resp.Answer))
+	}
+}
+
+// TestInFlightLimit: with MaxInFlight queries waiting on a silent upstream,
+// one more is answered SERVFAIL at once instead of queueing.
+func TestInFlightLimit(t *testing.T) {
+	st := newTestStore(t)
+	pc, err := net.ListenPacket("udp", "127.83.1.8:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	received := make(chan struct{}, 8)
+	go func() {
+		buf := make([]byte, 512)
+		for {
+			if _, _, err := pc.ReadFrom(buf); err != nil {
+				return
+			}
+			received <- struct{}{}
+		}
+	}()
+	silent := netip.MustParseAddrPort(pc.LocalAddr().String())
+	srv := NewServer(ServerConfig{
+		Resolver: NewResolver(Config{Metrics: NewMetrics(prometheus.NewRegistry()),
+			Upstreams: []netip.AddrPort{silent}, UpstreamTimeout: time.Minute, UpstreamAttempts: 1}),
+		Local: func(context.Context) (*state.Snapshot, *state.Workload) {
+			return st.Snapshot(), testClient
+		},
+		MaxInFlight: 2,
+	})
+	results := make(chan error, 2)
+	for range 2 {
+		go func() {
+			_, err := srv.LookupIP(context.Background(), "outside.example.com", false)
+			results <- err
+		}()
+	}
+	<-received
+	<-received // both queries are now waiting on the upstream
+	resp := srv.resolve(context.Background(), question("svc1", dns.TypeA), "udp")
+	if resp.Rcode != dns.RcodeServerFailure {
+		t.Errorf("third query: %s, want SERVFAIL while two are in flight", dns.RcodeToString[resp.Rcode])
+	}
+	if err := srv.Shutdown(context.Background()); err != nil { // ends the two waits
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := <-results; err == nil {
+			t.Error("a query waiting on a silent upstream succeeded")
+		}
+	}
+	if resp := srv.resolve(context.Background(), question("svc1", dns.TypeA), "udp"); resp.Rcode != dns.RcodeSuccess {
+		t.Errorf("after the in-flight queries ended: %s, want NOERROR", dns.RcodeToString[resp.Rcode])
 	}
 }

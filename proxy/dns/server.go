@@ -46,6 +46,10 @@ type ServerConfig struct {
 	Mark uint32
 	// ReusePort sets SO_REUSEPORT on the listeners (INPOD_PORT_REUSE).
 	ReusePort bool
+	// MaxInFlight caps the queries this server answers at once; one more
+	// gets SERVFAIL at once, so a flood from one pod holds a bounded number
+	// of goroutines and upstream sockets. If zero 256.
+	MaxInFlight int
 	// OptionalIPv6 skips an IPv6 address that cannot be bound because the
 	// namespace has no IPv6, as ztunnel binds localhost in a pod without
 	// IPv6 on 127.0.0.1 only.
@@ -74,6 +78,8 @@ type Server struct {
 	closed  bool        // Shutdown was called
 
 	wg sync.WaitGroup // the miekg/dns servers' loops
+
+	inFlight chan struct{} // one token per query being answered
 }
 
 // listener is one bound socket and the miekg/dns server serving it.
@@ -90,7 +96,11 @@ func NewServer(cfg ServerConfig) *Server {
 	if cfg.Resolver == nil || cfg.Local == nil {
 		panic("dns: NewServer needs Resolver and Local")
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger}
+	limit := cfg.MaxInFlight
+	if limit <= 0 {
+		limit = 256
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, inFlight: make(chan struct{}, limit)}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -289,6 +299,13 @@ func (s *Server) resolve(ctx context.Context, req *dns.Msg, network string) (res
 	if resp := precheck(req); resp != nil {
 		return resp
 	}
+	select {
+	case s.inFlight <- struct{}{}:
+		defer func() { <-s.inFlight }()
+	default:
+		s.log.Debug("dns proxy busy: query refused", "limit", cap(s.inFlight))
+		return errorReply(req, dns.RcodeServerFailure)
+	}
 	snap, client := s.cfg.Local(ctx)
 	return s.cfg.Resolver.answer(ctx, query{snap: snap, client: client, req: req, proto: network, dial: s.dial})
 }
@@ -317,7 +334,8 @@ func (s *Server) dial(ctx context.Context, network string, addr netip.AddrPort) 
 
 // LookupIP resolves name for the served workload as a query from it would
 // be (SPEC §10.2: SOCKS5 domain targets): an A query, or AAAA when v6, and
-// the first address of the answer.
+// the first address of the answer. It ends when ctx is done or the server
+// shuts down.
 func (s *Server) LookupIP(ctx context.Context, name string, v6 bool) (netip.Addr, error) {
 	if _, ok := dns.IsDomainName(name); !ok || name == "" {
 		return netip.Addr{}, fmt.Errorf("dns: lookup %q: not a domain name", name)
@@ -326,6 +344,11 @@ func (s *Server) LookupIP(ctx context.Context, name string, v6 bool) (netip.Addr
 	if v6 {
 		qtype = dns.TypeAAAA
 	}
+	// Shutdown ends the lookup too.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(s.lifetime, cancel)
+	defer stop()
 	req := new(dns.Msg)
 	req.SetQuestion(dns.Fqdn(name), qtype)
 	resp := s.resolve(ctx, req, "udp")
