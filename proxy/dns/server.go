@@ -241,17 +241,17 @@ func (s *Server) serveListener(l *listener, errp *error) {
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.closed = true
-	serving := s.serving
+	serving, servers := s.serving, s.servers
 	s.mu.Unlock()
 	if !serving {
 		s.cancel()
-		for _, l := range s.servers {
+		for _, l := range servers {
 			closeSocket(l.srv)
 		}
 		return nil
 	}
 	var wg sync.WaitGroup
-	for _, l := range s.servers {
+	for _, l := range servers {
 		wg.Go(func() {
 			select {
 			case <-l.started:
