@@ -148,8 +148,11 @@ func (s *Server) Listen(ctx context.Context) (err error) {
 		return fmt.Errorf("dns: no address to listen on in %v", s.cfg.Addrs)
 	}
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errors.New("dns: listen after shutdown")
+	}
 	s.servers = append(s.servers, bound...)
-	s.mu.Unlock()
 	return nil
 }
 
