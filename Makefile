@@ -2,7 +2,7 @@
 GO ?= go
 PKGS ?= ./...
 
-.PHONY: all build run test test-deps check fmt vet staticcheck bench bench-quick bench-deps image
+.PHONY: all build run test test-deps check fmt vet staticcheck bench bench-quick bench-deps image fuzz soak
 
 all: build
 
@@ -53,6 +53,12 @@ bench-quick: ## the reviewers' run: every scenario, 3 short repetitions (< 2 min
 
 bench-deps: ## install HAProxy, a peer in the passthrough scenario (as root)
 	apt-get install -y -qq haproxy
+
+fuzz: ## every Go fuzz target for FUZZTIME each (default 10s), from its seed corpus
+	./scripts/fuzz.sh
+
+soak: test-deps ## the long soak and churn (TESTPLAN L1, L2): SOAK_CONNS, SOAK_BYTES, SOAK_CHURN to scale
+	GOZT_SOAK=1 $(GO) test -race -count=1 -timeout 60m -run 'TestSoak' -v ./cmd/gozt/internal/local/
 
 gobench: ## every Go benchmark once (what CI's tests also compile)
 	$(GO) test -run '^$$' -bench . -benchtime 1x $(PKGS)

@@ -2,6 +2,7 @@ package local
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -81,25 +82,40 @@ func TestResetCrossesTheTunnel(t *testing.T) {
 // proxy and returns the bare socket, so that the test can reset it.
 func socks5TCP(t *testing.T, proxy, target string) *net.TCPConn {
 	t.Helper()
-	ap := netip.MustParseAddrPort(target)
-	c, err := net.Dial("tcp", proxy)
+	c, err := socks5Dial(proxy, target)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return c
+}
+
+// socks5Dial is socks5TCP for any goroutine.
+func socks5Dial(proxy, target string) (*net.TCPConn, error) {
+	ap, err := netip.ParseAddrPort(target)
+	if err != nil || !ap.Addr().Is4() {
+		return nil, fmt.Errorf("SOCKS5 target %q: want an IPv4 address and port", target)
+	}
+	c, err := net.Dial("tcp", proxy)
+	if err != nil {
+		return nil, err
 	}
 	tcp := c.(*net.TCPConn)
 	ip := ap.Addr().As4()
 	req := []byte{5, 1, 0, 5, 1, 0, 1, ip[0], ip[1], ip[2], ip[3], byte(ap.Port() >> 8), byte(ap.Port())}
 	if _, err := tcp.Write(req); err != nil {
-		t.Fatal(err)
+		tcp.Close()
+		return nil, err
 	}
 	reply := make([]byte, 2+10)
 	tcp.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if _, err := io.ReadFull(tcp, reply); err != nil {
-		t.Fatalf("SOCKS5 handshake: %v", err)
+		tcp.Close()
+		return nil, fmt.Errorf("SOCKS5 handshake: %w", err)
 	}
 	tcp.SetReadDeadline(time.Time{})
 	if reply[0] != 5 || reply[1] != 0 || reply[2] != 5 || reply[3] != 0 {
-		t.Fatalf("SOCKS5 replies % x", reply)
+		tcp.Close()
+		return nil, fmt.Errorf("SOCKS5 replies % x", reply)
 	}
-	return tcp
+	return tcp, nil
 }
