@@ -27,7 +27,20 @@ type Cert struct {
 	tlsCert tls.Certificate
 	pool    *x509.CertPool
 	bundle  *x509bundle.Bundle // Roots as the bundle of Identity's trust domain
+	crl     *CRL               // revocations peers are checked against, or nil
 }
+
+// WithCRL returns a copy of c whose handshakes (ServerConfig, ClientConfig)
+// also refuse peers that crl revokes; a nil crl checks none. The copy
+// shares c's certificates, key and roots.
+func (c *Cert) WithCRL(crl *CRL) *Cert {
+	cp := *c
+	cp.crl = crl
+	return &cp
+}
+
+// CRL returns the revocations c's handshakes check, or nil.
+func (c *Cert) CRL() *CRL { return c.crl }
 
 // NewCert validates and assembles a Cert. It checks that the chain is
 // non-empty, that key belongs to the leaf, that the leaf carries exactly one

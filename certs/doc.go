@@ -18,6 +18,12 @@
 // leafs with several URI SANs, which x509svid refuses. PeerIdentity reads
 // the verified peer identity after a handshake.
 //
+// A CRL (LoadCRL, CRL_PATH) adds revocation checks: a Cert carrying it
+// (Cert.WithCRL, or every Cert of a Manager with ManagerConfig.CRL) fails
+// handshakes whose peer chain it revokes with ErrCertRevoked. CRL.Watch
+// reloads the file on change and calls back so that existing tunnels can
+// be re-checked with CRL.PeerRevoked (SPEC §2.1).
+//
 // Typical use:
 //
 //	m := certs.NewManager(certs.ManagerConfig{Issuer: ca, Logger: log})

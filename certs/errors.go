@@ -45,6 +45,10 @@ var (
 	ErrManagerRunning = errors.New("certs: manager already running")
 	// ErrExpired: the cached certificate has expired and no new one exists.
 	ErrExpired = errors.New("certs: certificate expired")
+	// ErrCertRevoked: a certificate of the peer's verified chain (leaf or
+	// intermediate) is listed by a CRL of its issuer (SPEC §2.1, CRL_PATH).
+	// The verifying side's Handshake returns an error wrapping it.
+	ErrCertRevoked = errors.New("certs: peer certificate revoked")
 )
 
 // wrap adds the package prefix to an error that does not carry it yet.

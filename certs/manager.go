@@ -25,6 +25,9 @@ type ManagerConfig struct {
 	Issuer Issuer           // required (NewManager panics if nil)
 	Logger *slog.Logger     // if nil, logs are discarded
 	Now    func() time.Time // if nil, time.Now
+	// CRL is attached to every certificate the manager hands out
+	// (Cert.WithCRL), so that handshakes with them check it; or nil.
+	CRL *CRL
 }
 
 // Backoff after a failed issue (SPEC §6.3): 1s, ×2 per failure, ±20%
@@ -70,6 +73,7 @@ type State struct {
 //     joins a waiting call raises it to real time.
 type Manager struct {
 	issuer Issuer
+	crl    *CRL // or nil
 	log    *slog.Logger
 	now    func() time.Time
 	wake   chan struct{} // 1-buffered: the refresh schedule changed
@@ -152,6 +156,7 @@ func NewManager(cfg ManagerConfig) *Manager {
 	}
 	m := &Manager{
 		issuer:  cfg.Issuer,
+		crl:     cfg.CRL,
 		log:     cfg.Logger,
 		now:     cfg.Now,
 		free:    maxInFlight,
@@ -301,6 +306,8 @@ func (m *Manager) issueOne(cl *call, id identity.Identity) (*Cert, error) {
 		return nil, fmt.Errorf("%w: issued for %v, requested %v", ErrIdentityMismatch, cert.Identity, id)
 	case !cert.validAt(m.now()):
 		return nil, fmt.Errorf("certs: issue %v: %w (notAfter %v)", id, ErrExpired, cert.NotAfter())
+	case m.crl != nil:
+		cert = cert.WithCRL(m.crl)
 	}
 	return cert, nil
 }

@@ -46,7 +46,8 @@ func offersAESGCM(suites []uint16) bool {
 // not be a CA and must carry exactly one URI SAN, which must be a valid
 // SPIFFE workload identity (PeerIdentity) whose trust domain equals the
 // server cert's trust domain. Any SAN with a NUL or other control byte
-// fails the handshake.
+// fails the handshake. If the server cert carries a CRL (Cert.WithCRL), a
+// client chain it revokes fails with ErrCertRevoked.
 func ServerConfig(get func(ctx context.Context) (*Cert, error)) *tls.Config {
 	if get == nil {
 		panic("certs: ServerConfig: nil get")
@@ -91,7 +92,8 @@ func serverConfigFor(c *Cert) *tls.Config {
 // server auth, the server leaf must not be a CA, and at least one URI SAN
 // of the server leaf must exactly equal one entry of expectedSANs (SPIFFE
 // URI strings such as "spiffe://cluster.local/ns/a/sa/b"). DNS and IP SANs
-// are ignored. An empty expectedSANs matches no server.
+// are ignored. An empty expectedSANs matches no server. If c carries a CRL
+// (Cert.WithCRL), a server chain it revokes fails with ErrCertRevoked.
 func ClientConfig(c *Cert, expectedSANs []string) *tls.Config {
 	if c == nil {
 		panic("certs: ClientConfig: nil Cert")

@@ -20,7 +20,8 @@ const maxPeerChainLen = 8
 // verifyClient checks an inbound client (SPEC §2.1, §6.5), once per
 // handshake: TLS 1.3 and h2, then the client leaf's URI SAN as encoded (one
 // only, a strict SPIFFE workload identity in c's trust domain), then the
-// chain as an X.509-SVID of c's trust domain valid for client auth.
+// chain as an X.509-SVID of c's trust domain valid for client auth, with
+// some verified path on which c's CRL (if any) revokes nothing.
 //
 // SPEC §2.1 asks for at least one SPIFFE URI SAN in the server's trust
 // domain, and ztunnel picks among several. An X.509-SVID has exactly one
@@ -53,6 +54,9 @@ func verifyClient(c *Cert, cs *tls.ConnectionState, now time.Time) error {
 	if err != nil {
 		return err
 	}
+	if chains, err = c.crl.unrevoked(chains); err != nil {
+		return err
+	}
 	if !allowsUsage(chains, x509.ExtKeyUsageClientAuth) {
 		return fmt.Errorf("%w: client chain not valid for client authentication", ErrUntrusted)
 	}
@@ -61,7 +65,8 @@ func verifyClient(c *Cert, cs *tls.ConnectionState, now time.Time) error {
 
 // verifyServer checks an outbound server (SPEC §2.1, §6.5), once per
 // handshake: TLS 1.3 and h2, a leaf that is not a CA, a chain to c's roots
-// valid for server auth, and some URI SAN of the leaf exactly in want.
+// valid for server auth on which c's CRL (if any) revokes nothing, and some
+// URI SAN of the leaf exactly in want.
 //
 // This is not x509svid.Verify, which would refuse what SPEC §2.1 and
 // ztunnel accept: a server leaf with several URI SANs of which one is
@@ -85,8 +90,12 @@ func verifyServer(c *Cert, want []string, cs *tls.ConnectionState, now time.Time
 		CurrentTime:   now,
 		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}
-	if _, err := leaf.Verify(opts); err != nil {
+	chains, err := leaf.Verify(opts)
+	if err != nil {
 		return fmt.Errorf("%w: %v", ErrUntrusted, err)
+	}
+	if _, err := c.crl.unrevoked(chains); err != nil {
+		return err
 	}
 	sans, err := uriSANs(leaf)
 	if err != nil {
