@@ -368,6 +368,21 @@ func (s *crlSet) listed(cert, issuer *x509.Certificate) *issuedCRL {
 	return nil
 }
 
+// mayList reports whether some CRL of s with a certificate's issuer name
+// lists its serial, for a certificate of peer. Only peer's certificates
+// (never a trust anchor) are checked on a path built from them, so if it
+// reports false, no path is revoked.
+func (s *crlSet) mayList(peer []*x509.Certificate) bool {
+	for _, cert := range peer {
+		for _, ic := range s.byIssuer[string(cert.RawIssuer)] {
+			if _, ok := ic.serials[serialKey(cert.SerialNumber)]; ok {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // revokedIn returns the first certificate of chain (leaf first, each
 // certificate issued by the next, ending in a trust anchor) that a CRL of
 // its issuer lists, or nil. The trust anchor itself is not checked
@@ -409,8 +424,8 @@ func (l *CRL) PeerRevoked(c *Cert, peer []*x509.Certificate, at time.Time) bool 
 		return false
 	}
 	s := l.set.Load()
-	if len(s.byIssuer) == 0 {
-		return false
+	if !s.mayList(peer) {
+		return false // the common case on a reload sweep: no path building
 	}
 	chains, err := peer[0].Verify(x509.VerifyOptions{
 		Roots:         c.RootPool(),

@@ -342,6 +342,7 @@ func TestRevoked(t *testing.T) {
 	revoked := p.issue(t, idA, p.inter)
 	fine := p.issue(t, idB, p.inter)
 	l := loadCRL(t, pemCRL(crlDER(t, p.inter, tomorrow, nil, serialOf(revoked, 0))))
+	interRevoked := loadCRL(t, pemCRL(crlDER(t, p.root, tomorrow, nil, serialOf(fine, 1))))
 	chain := func(c *certs.Cert) []*x509.Certificate {
 		return append(append([]*x509.Certificate{}, c.Chain...), p.root.cert)
 	}
@@ -360,6 +361,8 @@ func TestRevoked(t *testing.T) {
 		{"PeerRevoked(unverifiable)", l.PeerRevoked(fine, revoked.Chain[:1], now), false},
 		{"PeerRevoked(after expiry)", l.PeerRevoked(fine, revoked.Chain, now.Add(48*time.Hour)), false},
 		{"nil CRL PeerRevoked", (*certs.CRL)(nil).PeerRevoked(fine, revoked.Chain, now), false},
+		{"PeerRevoked(revoked intermediate)", interRevoked.PeerRevoked(revoked, fine.Chain, now), true},
+		{"Revoked(revoked intermediate)", interRevoked.Revoked(chain(fine)), true},
 	}
 	for _, tt := range tests {
 		if tt.got != tt.want {
