@@ -37,6 +37,6 @@ var (
 	errNoHealthyUpstream = errors.New("no healthy upstream")
 	errUnknownWaypoint   = errors.New("unknown waypoint")
 	errDoubleHBONE       = errors.New("double HBONE (multi-network) is not supported yet")
-	errProxyTunnel       = errors.New("PROXY protocol application tunnel is not supported yet")
+	errNoServiceVIP      = errors.New("no VIP for the PROXY header: the hostname's service has none")
 	errSOCKS             = errors.New("socks5 protocol violation")
 )

@@ -135,6 +135,14 @@ func (p *Proxy) acceptConnect(s *hbone.ServerStream) (net.Conn, *connRecord, fun
 		rec.close(0, 0, err)
 		return nil, nil, nil
 	}
+	if req.proxyDst.IsValid() {
+		// Before any byte of the stream: nothing reads s until handOff.
+		if err := writeProxyHeader(up, req); err != nil {
+			up.Close()
+			rec.close(0, 0, err)
+			return nil, nil, nil
+		}
+	}
 	done := p.watchPolicy(connmgr.Info{WorkloadUID: req.local.UID, Conn: req.authz, Inbound: connmgr.InboundHBONE, Checked: req.snap}, rec, s, up)
 	return up, rec, done
 }
@@ -165,8 +173,16 @@ func (p *Proxy) checkConnect(s *hbone.ServerStream) (inboundRequest, *inboundErr
 
 // dialUpstream connects to the local workload with the HBONE peer's IP as
 // source, or the client IP the local workload's waypoint forwarded for
-// (SPEC §2.4 step 7, §2.5).
+// (SPEC §2.4 step 7, §2.5); a PROXY application tunnel, over loopback
+// unless Config.AppTunnelToPodIP (SPEC §2.7).
 func (p *Proxy) dialUpstream(req inboundRequest) (net.Conn, *inboundError) {
+	if req.proxyDst.IsValid() && !p.cfg.AppTunnelToPodIP {
+		c, err := p.dialLoopback(req.upstream)
+		if err != nil {
+			return nil, unavailable(err)
+		}
+		return c, nil
+	}
 	src := req.src.Addr()
 	if fwd := req.forwarded; fwd.IsValid() && p.canBind(fwd) {
 		src = fwd
@@ -176,6 +192,41 @@ func (p *Proxy) dialUpstream(req inboundRequest) (net.Conn, *inboundError) {
 		return nil, unavailable(err)
 	}
 	return c, nil
+}
+
+// dialLoopback connects to dst's port on the loopback address of dst's
+// family (127.0.0.1 or ::1), bound to that address as source, whatever the
+// spoofing mode: an application tunnel listens on loopback so that only the
+// proxy reaches it, and a loopback destination needs a loopback source or
+// reverse-path filtering, iptables and routing break the connection, as
+// ztunnel notes. The real source travels in the PROXY header.
+func (p *Proxy) dialLoopback(dst netip.AddrPort) (net.Conn, error) {
+	lo := netip.IPv6Loopback()
+	if dst.Addr().Is4() {
+		lo = netip.AddrFrom4([4]byte{127, 0, 0, 1})
+	}
+	ctx, cancel := context.WithTimeout(p.lifetime, connectTimeout)
+	defer cancel()
+	to := netip.AddrPortFrom(lo, dst.Port())
+	c, err := p.dial(ctx, lo, to)
+	if err != nil {
+		return nil, fmt.Errorf("connect %s (application tunnel): %w", to, err)
+	}
+	return c, nil
+}
+
+// writeProxyHeader starts the upstream connection of a PROXY application
+// tunnel with the header (SPEC §2.7): from the HBONE peer, to the decided
+// destination, with the peer's SPIFFE URI when it had an identity.
+func writeProxyHeader(up net.Conn, req inboundRequest) error {
+	hdr, err := appendProxyHeader(make([]byte, 0, 128), req.src, req.proxyDst, req.srcPrincipal)
+	if err != nil {
+		return err
+	}
+	if _, err := up.Write(hdr); err != nil {
+		return fmt.Errorf("write proxy protocol header: %w", err)
+	}
+	return nil
 }
 
 // dialSpoofed connects to dst with src as the source IP when the spoofing

@@ -75,6 +75,10 @@ type connectDecision struct {
 	// for, which the upstream dial uses as source instead of the peer's
 	// (SPEC §2.5); zero when the header is absent or not trusted.
 	forwarded netip.Addr
+	// proxyDst is the destination the PROXY header names when the local
+	// workload's application tunnel speaks PROXY (SPEC §2.7); zero when it
+	// has no such tunnel.
+	proxyDst netip.AddrPort
 }
 
 // decideConnect runs SPEC §2.4 steps 1–6, in order, on q.
@@ -98,13 +102,15 @@ func decideConnect(q *connectQuery) (d connectDecision, _ *inboundError) {
 	if q.illegal.contains(port) {
 		return d, unavailable(errSelfCall)
 	}
-	if at := q.local.ApplicationTunnel; at != nil && at.Port != 0 {
-		// PROXY-protocol application tunnels (SPEC §2.7) are not supported
-		// yet; plain port replacement (protocol NONE) is.
-		if at.Protocol != state.AppTunnelNone {
-			return d, unavailable(errProxyTunnel)
+	if at := q.local.ApplicationTunnel; at != nil { // SPEC §2.7
+		if at.Port != 0 {
+			port = at.Port
 		}
-		port = at.Port
+		if at.Protocol == state.AppTunnelProxy {
+			if d.proxyDst, ierr = q.proxyDestination(&d); ierr != nil {
+				return d, ierr
+			}
+		}
 	}
 	d.upstream = netip.AddrPortFrom(q.l3dst.Addr(), port)
 	d.forwarded = q.trustedForwarded(d.upstream.Addr())
@@ -137,6 +143,44 @@ func (q *connectQuery) targetPort(d *connectDecision) (uint16, *inboundError) {
 		return 0, unavailable(errNoTargetPort)
 	}
 	return target, nil
+}
+
+// proxyDestination is the destination a PROXY header names (SPEC §2.7):
+// an IP authority as given, which step 4 does not check for a workload with
+// an application tunnel (the tunnel's server decides what to do with it);
+// for a hostname authority, which PROXY cannot carry, a VIP of its service
+// (proxyVIP) with the authority's port.
+func (q *connectQuery) proxyDestination(d *connectDecision) (netip.AddrPort, *inboundError) {
+	if d.authority.host == "" {
+		return d.authority.addr, nil
+	}
+	vip, ok := proxyVIP(d.service.VIPs, q.network)
+	if !ok {
+		return netip.AddrPort{}, unavailable(fmt.Errorf("%w: %s", errNoServiceVIP, d.service.Key()))
+	}
+	return netip.AddrPortFrom(vip, d.authority.port), nil
+}
+
+// proxyVIP picks the VIP a PROXY header names for a hostname authority as
+// ztunnel does (find_inbound_upstream): an IPv4 VIP on this node's network,
+// else an IPv6 one there, else a VIP on another network; among equals the
+// last listed (Rust's max_by_key keeps the last maximum). ok is false when
+// the service has no VIP.
+func proxyVIP(vips []state.NetworkAddress, network string) (vip netip.Addr, ok bool) {
+	best := -1
+	for _, v := range vips {
+		rank := 0
+		if v.Network == network {
+			rank = 1
+			if v.Address.Is4() {
+				rank = 2
+			}
+		}
+		if rank >= best {
+			vip, best = v.Address, rank
+		}
+	}
+	return vip, best >= 0
 }
 
 // reachesViaWaypoint reports whether target (the authority IP) may be served

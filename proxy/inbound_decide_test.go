@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -63,6 +64,27 @@ func newInboundStore(t *testing.T) *state.Snapshot {
 	proxyTunnel.ApplicationTunnel = &state.ApplicationTunnel{Protocol: state.AppTunnelProxy, Port: 15088}
 	proxyTunnel0.ApplicationTunnel = &state.ApplicationTunnel{Protocol: state.AppTunnelProxy}
 	deniedTunnel.ApplicationTunnel = &state.ApplicationTunnel{Protocol: state.AppTunnelNone, Port: 15088}
+	// Hostname authorities to a PROXY tunnel (SPEC §2.7) name a VIP of the
+	// service in the header: services with every mix of VIPs.
+	vips := func(s *state.Service, addrs ...string) *state.Service {
+		s.VIPs = nil
+		for _, a := range addrs {
+			network, addr, _ := strings.Cut(a, "/")
+			s.VIPs = append(s.VIPs, state.NetworkAddress{Network: network, Address: ip(addr)})
+		}
+		return s
+	}
+	tunSvcs := []*state.Service{
+		vips(service("tun-mixed", "ns", "tun-mixed.ns.svc.cluster.local", "", state.PortMap{80: 8080}),
+			"/fd00::30", "net2/10.99.0.30", "/10.96.0.30", "/10.96.0.31", "/fd00::31"),
+		vips(service("tun-v6", "ns", "tun-v6.ns.svc.cluster.local", "", state.PortMap{80: 8080}), "net2/10.99.0.32", "/fd00::32"),
+		vips(service("tun-remote", "ns", "tun-remote.ns.svc.cluster.local", "", state.PortMap{80: 8080}), "net2/10.99.0.33", "net3/fd00::33"),
+		service("tun-headless", "ns", "tun-headless.ns.svc.cluster.local", "", state.PortMap{80: 8080}),
+	}
+	proxyTunnel.Services = map[string]state.PortMap{}
+	for _, s := range tunSvcs {
+		proxyTunnel.Services[s.Key()] = state.PortMap{80: 8080}
+	}
 
 	svcWPHost, svcWPIP := service("svc-wp-host", "ns", "svc-wp-host.ns.svc.cluster.local", "10.96.0.4", state.PortMap{80: 8080}),
 		service("svc-wp-ip", "ns", "svc-wp-ip.ns.svc.cluster.local", "10.96.0.5", state.PortMap{80: 8080})
@@ -96,6 +118,7 @@ func newInboundStore(t *testing.T) *state.Snapshot {
 			service("far", "c", "far.example.com", "", state.PortMap{80: 4444}),
 			hiddenX, hidden2X,
 			service("hidden2", "y", "hidden2.example.com", "", state.PortMap{80: 6666}),
+			tunSvcs[0], tunSvcs[1], tunSvcs[2], tunSvcs[3],
 		} {
 			errs = append(errs, b.InsertService(s))
 		}
@@ -128,6 +151,7 @@ type connectCase struct {
 	socks5    bool   // 15080 is an illegal port too
 
 	want    string // the upstream, when decided (accepted or denied)
+	wantPP  string // the PROXY header's destination, or "" for no PROXY tunnel
 	wantFwd string // the trusted forwarded client, or ""
 	wantSvc string // the service key the decision names, or ""
 	status  int    // non-zero when refused
@@ -206,11 +230,11 @@ func (tc *connectCase) query(t *testing.T, snap *state.Snapshot) connectQuery {
 func (tc *connectCase) checkDecision(t *testing.T, q *connectQuery, d connectDecision) {
 	t.Helper()
 	type view struct {
-		Upstream, Service, Forwarded string
-		Local                        bool
-		Authz                        string // rbac.Conn, which cmp cannot look into
+		Upstream, Service, Forwarded, ProxyDst string
+		Local                                  bool
+		Authz                                  string // rbac.Conn, which cmp cannot look into
 	}
-	want := view{Service: tc.wantSvc, Forwarded: tc.wantFwd, Local: q.local != nil && !errors.Is(tc.err, errNotConnect) && !errors.Is(tc.err, errBadAuthority)}
+	want := view{Service: tc.wantSvc, Forwarded: tc.wantFwd, ProxyDst: tc.wantPP, Local: q.local != nil && !errors.Is(tc.err, errNotConnect) && !errors.Is(tc.err, errBadAuthority)}
 	if tc.want != "" {
 		want.Upstream = tc.want
 		want.Authz = fmt.Sprint(rbac.Conn{Src: q.src, Dst: netip.MustParseAddrPort(tc.want), Identity: q.srcID})
@@ -224,6 +248,9 @@ func (tc *connectCase) checkDecision(t *testing.T, q *connectQuery, d connectDec
 	}
 	if d.forwarded.IsValid() {
 		got.Forwarded = d.forwarded.String()
+	}
+	if d.proxyDst.IsValid() {
+		got.ProxyDst = d.proxyDst.String()
 	}
 	if d.authz != (rbac.Conn{}) {
 		got.Authz = fmt.Sprint(d.authz)
@@ -312,8 +339,30 @@ func TestDecideConnectTarget(t *testing.T) {
 		{name: "hostname to an illegal port", local: "server", authority: svcHost + ":83", wantSvc: "ns/" + svcHost, status: 503, flag: flagConnect, err: errSelfCall},
 		{name: "tunnel port", local: "tunnel", authority: "10.0.0.20:8080", want: "10.0.0.20:15088"},
 		{name: "illegal port before tunnel", local: "tunnel", authority: "10.0.0.20:15006", status: 503, flag: flagConnect, err: errSelfCall},
-		{name: "proxy tunnel", local: "proxy-tunnel", authority: "10.0.0.21:8080", status: 503, flag: flagConnect, err: errProxyTunnel},
-		{name: "proxy tunnel without port", local: "proxy-tunnel0", authority: "10.0.0.22:8080", want: "10.0.0.22:8080"},
+	})
+}
+
+// TestDecideConnectProxyTunnel: SPEC §2.7 as ztunnel decides it. A PROXY
+// tunnel's upstream is its port (the resolved one when it has none), and
+// the header names the IP authority as given, or for a hostname a VIP of
+// its service: IPv4 on this network, else IPv6 there, else another
+// network's, the last of equals; a service without VIPs is 503. NONE only
+// replaces the port.
+func TestDecideConnectProxyTunnel(t *testing.T) {
+	const h = ".ns.svc.cluster.local"
+	runConnectCases(t, []connectCase{
+		{name: "ip authority", local: "proxy-tunnel", authority: "10.0.0.21:8080", want: "10.0.0.21:15088", wantPP: "10.0.0.21:8080"},
+		{name: "no tunnel port", local: "proxy-tunnel0", authority: "10.0.0.22:8080", want: "10.0.0.22:8080", wantPP: "10.0.0.22:8080"},
+		{name: "other ip authority", local: "proxy-tunnel", authority: "192.0.2.1:80", want: "10.0.0.21:15088", wantPP: "192.0.2.1:80"},
+		{name: "ipv6 authority", local: "proxy-tunnel", authority: "[2001:db8::1]:80", want: "10.0.0.21:15088", wantPP: "[2001:db8::1]:80"},
+		{name: "mapped authority", local: "proxy-tunnel", authority: "[::ffff:192.0.2.1]:80", want: "10.0.0.21:15088", wantPP: "192.0.2.1:80"},
+		{name: "no identity", local: "proxy-tunnel", authority: "10.0.0.21:8080", srcSA: "-", want: "10.0.0.21:15088", wantPP: "10.0.0.21:8080"},
+		{name: "hostname, local ipv4 vip", local: "proxy-tunnel", authority: "tun-mixed" + h + ":80", want: "10.0.0.21:15088", wantSvc: "ns/tun-mixed" + h, wantPP: "10.96.0.31:80"},
+		{name: "hostname, local ipv6 vip", local: "proxy-tunnel", authority: "tun-v6" + h + ":80", want: "10.0.0.21:15088", wantSvc: "ns/tun-v6" + h, wantPP: "[fd00::32]:80"},
+		{name: "hostname, remote vips only", local: "proxy-tunnel", authority: "tun-remote" + h + ":80", want: "10.0.0.21:15088", wantSvc: "ns/tun-remote" + h, wantPP: "[fd00::33]:80"},
+		{name: "hostname, no vip", local: "proxy-tunnel", authority: "tun-headless" + h + ":80", wantSvc: "ns/tun-headless" + h, status: 503, flag: flagConnect, err: errNoServiceVIP},
+		{name: "illegal port before tunnel", local: "proxy-tunnel", authority: "10.0.0.21:15008", status: 503, flag: flagConnect, err: errSelfCall},
+		{name: "none: port only", local: "tunnel", authority: "10.0.0.20:8080", want: "10.0.0.20:15088"},
 	})
 }
 
@@ -380,6 +429,7 @@ func TestDecideConnectNoAllocs(t *testing.T) {
 		{local: "server", authority: "10.0.0.2:8080"},
 		{local: "waypoint", authority: "10.96.0.4:80"},
 		{local: "tunnel", authority: "192.0.2.1:80"},
+		{local: "proxy-tunnel", authority: "192.0.2.1:80"},
 		{local: "behind-svc", authority: "10.0.0.7:8080", src: "10.0.0.10:40000", srcSA: "waypoint", forwarded: "192.0.2.9"},
 		{local: "behind-host", authority: "10.0.0.6:8080", src: "10.0.0.3:40000", srcSA: "waypoint", forwarded: "192.0.2.9"},
 	} {

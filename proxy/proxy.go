@@ -107,6 +107,11 @@ type Config struct {
 	// the upstream source instead of the waypoint's (SPEC §2.5); from any
 	// other peer the header is always ignored.
 	IgnoreForwarded bool
+	// AppTunnelToPodIP delivers PROXY-protocol application tunnels to the
+	// pod IP, with the source chosen as for any inbound connection
+	// (LOCALHOST_APP_TUNNEL=false). If false, ztunnel's default, they go
+	// over loopback from a loopback source (SPEC §2.7).
+	AppTunnelToPodIP bool
 	// Mark, if non-zero, is set as SO_MARK on every socket.
 	Mark uint32
 	// KeepAlive is the TCP keep-alive of upstream sockets and of sockets

@@ -83,6 +83,10 @@ type Config struct {
 	// the inbound source from the Forwarded for= IP that the destination's
 	// own waypoint sends (SPEC §2.5); false ignores it, as ztunnel does.
 	TrustWaypointForwarded bool `json:"trustWaypointForwarded"`
+	// LocalhostAppTunnel (LOCALHOST_APP_TUNNEL, default true) delivers
+	// PROXY-protocol application tunnels over the pod's loopback; false
+	// sends them to the pod IP (SPEC §2.7).
+	LocalhostAppTunnel bool `json:"localhostAppTunnel"`
 
 	// DNSCapture is the DNS_CAPTURE proxy metadata (ISTIO_META_DNS_CAPTURE):
 	// each workload's DNS proxy runs unless it is set to anything but
@@ -141,6 +145,7 @@ func Load(environ []string) (Config, error) {
 	}
 	c.Workers = loadWorkers(&l)
 	c.TrustWaypointForwarded = l.boolean("TRUST_WAYPOINT_FORWARDED", true)
+	c.LocalhostAppTunnel = l.boolean("LOCALHOST_APP_TUNNEL", true)
 	c.Meta, c.MetaJSON, c.XDSHeaders, c.CAHeaders = prefixed(&l, environ)
 	c.resolveDNS(&l)
 	c.IstioVersion = orDefault(c.Meta["ISTIO_VERSION"], "unknown")

@@ -340,7 +340,9 @@ func (n *Node) proxyConfig(find func(*state.Snapshot) *state.Workload) proxy.Con
 		PoolMaxStreams:  env.PoolMaxStreams,
 		PoolIdleTimeout: env.PoolIdleTimeout,
 		Spoof:           spoof,
-		Mark:            env.PacketMark,
+		// LOCALHOST_APP_TUNNEL (SPEC §2.7).
+		AppTunnelToPodIP: !env.LocalhostAppTunnel,
+		Mark:             env.PacketMark,
 		KeepAlive: &net.KeepAliveConfig{
 			Enable: env.KeepaliveEnabled, Idle: env.KeepaliveTime,
 			Interval: env.KeepaliveInterval, Count: env.KeepaliveRetries,
