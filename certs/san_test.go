@@ -99,3 +99,51 @@ func FuzzURISANs(f *testing.F) {
 		}
 	})
 }
+
+// otherName is an otherName SAN of type oid with a UTF8String value.
+func otherName(t *testing.T, oid asn1.ObjectIdentifier, v string) asn1.RawValue {
+	t.Helper()
+	inner, err := asn1.MarshalWithParams(v, "utf8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := asn1.Marshal(oid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	explicit, err := asn1.Marshal(asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 0, IsCompound: true, Bytes: inner})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: tagOtherName, IsCompound: true, Bytes: append(o, explicit...)}
+}
+
+// TestSANsRejectControlBytesInOtherNames (TESTPLAN 33): a NUL in a DNS,
+// email or otherName SAN beside a valid URI SAN fails, as the TLS configs
+// promise; the same names without it pass.
+func TestSANsRejectControlBytesInOtherNames(t *testing.T) {
+	const id = "spiffe://td/ns/a/sa/b"
+	upn := asn1.ObjectIdentifier{1, 3, 6, 1, 4, 1, 311, 20, 2, 3}
+	for _, tc := range []struct {
+		name  asn1.RawValue
+		valid bool
+	}{
+		{dnsName("client.evil"), true},
+		{dnsName("client\x00.evil"), false},
+		{asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: tagRFC822, Bytes: []byte("a@b\x00c")}, false},
+		{asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: tagRFC822, Bytes: []byte("a@b.c")}, true},
+		{otherName(t, upn, id), true},
+		{otherName(t, upn, id+"\x00x"), false},
+		{otherName(t, upn, "tab\there"), false},
+		{asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: tagOtherName, IsCompound: true, Bytes: []byte{0x06, 0x01}}, false},
+	} {
+		c := certWithSAN(t, []asn1.RawValue{uriName(id), tc.name}, id)
+		got, err := uriSANs(c)
+		if tc.valid && (err != nil || len(got) != 1 || got[0] != id) {
+			t.Errorf("uriSANs with %x = %q, %v; want [%s]", tc.name.Bytes, got, err, id)
+		}
+		if !tc.valid && !errors.Is(err, ErrNoSPIFFEID) {
+			t.Errorf("uriSANs with %q = %q, %v; want ErrNoSPIFFEID", tc.name.Bytes, got, err)
+		}
+	}
+}
