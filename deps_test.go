@@ -37,10 +37,11 @@ var allowed = map[string][]string{
 	"proxy": {"proxy/state", "proxy/relay", "proxy/sockopt", "proxy/connmgr", "proxy/dns",
 		"proxy/inpod", "hbone", "rbac", "certs", "certs/identity"},
 	"bench": {"proxy", "proxy/state", "proxy/relay", "proxy/sockopt", "proxy/inpod", "hbone", "rbac",
-		"certs", "certs/identity", "certs/localca", "xds", "xds/xdsserver"},
+		"certs", "certs/identity", "certs/localca", "xds", "xds/xdsserver", "internal/runner"},
 	"tools":           {},
 	"istiod":          {},
 	"internal/nstest": {},
+	"internal/runner": {},
 }
 
 // stdlibOnly packages may import nothing outside the standard library, except

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -94,9 +95,16 @@ func runRole(ctx context.Context, name string, args []string, stdout io.Writer) 
 	if err != nil {
 		return fmt.Errorf("role %s: %w", name, err)
 	}
-	defer r.close()
-	return serveRole(ctx, r, os.Stdin, stdout)
+	err = serveRole(ctx, r, os.Stdin, stdout)
+	if cerr := r.close(); err == nil || errors.Is(err, errRoleFailed) {
+		err = errors.Join(err, cerr)
+	}
+	return err
 }
+
+// errRoleFailed ends a role one of whose background loops failed; the
+// role's close returns the failure itself.
+var errRoleFailed = errors.New("a background loop of the role failed")
 
 type splitArgs struct{ common, role []string }
 
@@ -140,12 +148,18 @@ func serveRole(ctx context.Context, r role, stdin io.Reader, stdout io.Writer) e
 			lines <- sc.Text()
 		}
 	}()
+	var failed <-chan struct{} // never, for roles without background loops
+	if f, ok := r.(interface{ failed() <-chan struct{} }); ok {
+		failed = f.failed()
+	}
 	for {
 		var line string
 		var ok bool
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-failed:
+			return errRoleFailed
 		case line, ok = <-lines:
 		}
 		if !ok {

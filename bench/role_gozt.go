@@ -16,6 +16,7 @@ import (
 
 	"github.com/gozt/gozt/certs"
 	"github.com/gozt/gozt/certs/localca"
+	"github.com/gozt/gozt/internal/runner"
 	"github.com/gozt/gozt/proxy"
 	"github.com/gozt/gozt/proxy/inpod"
 	"github.com/gozt/gozt/proxy/state"
@@ -38,9 +39,8 @@ type goztRole struct {
 	store   *state.Store
 	certs   *certs.Manager
 	proxies []*proxy.Proxy
-	netns   *inpod.Netns // the pod network namespace of --netns, or nil
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
+	netns   *inpod.Netns   // the pod network namespace of --netns, or nil
+	run     *runner.Runner // certificates, accept loops, xDS
 	addrs   map[string]string
 	applied time.Duration // how long the initial batch (config and policies) took
 
@@ -82,8 +82,7 @@ func startGozt(ctx context.Context, args []string) (_ role, err error) {
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
-	runCtx, cancel := context.WithCancel(context.Background())
-	g := &goztRole{addrs: map[string]string{}, cancel: cancel}
+	g := &goztRole{addrs: map[string]string{}, run: runner.New()}
 	defer func() {
 		if err != nil {
 			g.close()
@@ -107,21 +106,13 @@ func startGozt(ctx context.Context, args []string) (_ role, err error) {
 		return nil, err
 	}
 	if *xdsAddr != "" {
-		if err := g.startXDS(runCtx, *xdsAddr, *xdsCA); err != nil {
+		if err := g.startXDS(*xdsAddr, *xdsCA); err != nil {
 			return nil, err
 		}
 	}
-	g.wg.Add(1)
-	go func() {
-		defer g.wg.Done()
-		_ = g.certs.Run(runCtx)
-	}()
+	g.run.Go("certs", g.certs.Run)
 	for _, p := range g.proxies {
-		g.wg.Add(1)
-		go func() {
-			defer g.wg.Done()
-			_ = p.Serve()
-		}()
+		g.run.Go("proxy", func(context.Context) error { return p.Serve() })
 	}
 	return g, nil
 }
@@ -188,7 +179,7 @@ func (g *goztRole) startProxies(ctx context.Context, uids []string, poolMax int)
 }
 
 // startXDS runs an xDS client that feeds the same store, as in a cluster.
-func (g *goztRole) startXDS(ctx context.Context, addr, caFile string) error {
+func (g *goztRole) startXDS(addr, caFile string) error {
 	pem, err := os.ReadFile(caFile)
 	if err != nil {
 		return err
@@ -202,11 +193,7 @@ func (g *goztRole) startXDS(ctx context.Context, addr, caFile string) error {
 	if err != nil {
 		return err
 	}
-	g.wg.Add(1)
-	go func() {
-		defer g.wg.Done()
-		_ = c.Run(ctx)
-	}()
+	g.run.Go("xds", c.Run)
 	return nil
 }
 
@@ -230,10 +217,13 @@ func (g *goztRole) close() error {
 		}()
 	}
 	wg.Wait()
-	g.cancel()
-	g.wg.Wait()
+	err := g.run.Stop()
 	if g.netns != nil {
-		return g.netns.Close()
+		err = errors.Join(err, g.netns.Close())
 	}
-	return nil
+	return err
 }
+
+// failed is closed once one of the role's loops has failed; close then
+// returns that failure.
+func (g *goztRole) failed() <-chan struct{} { return g.run.Failed() }

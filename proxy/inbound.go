@@ -29,12 +29,17 @@ func (p *Proxy) handleInbound(c net.Conn) (net.Conn, func(relay.Result, error)) 
 	cancel()
 	if err != nil {
 		p.log.Debug("inbound tls handshake failed", "src.addr", c.RemoteAddr(), "error", err)
+		p.noteHandshakeError(err, "destination")
 		return nil, nil
 	}
 	cs := tc.ConnectionState()
 	id, _ := certs.PeerIdentity(&cs) // zero when absent: no identity
 	p.peers.Store(tc, &peer{id: id, principal: principal(id)})
 	defer p.peers.Delete(tc)
+	if !p.trackInbound(tc, &cs) {
+		return nil, nil
+	}
+	defer p.untrackTunnel(tc)
 	if err := p.hbone.ServeConn(p.lifetime, tc); err != nil {
 		p.log.Debug("inbound hbone connection ended", "src.addr", c.RemoteAddr(), "error", err)
 	}
@@ -78,6 +83,7 @@ func (p *Proxy) serveConnect(s *hbone.ServerStream) {
 		s.Close()
 		return
 	}
+	p.live.bind(rec, s) // the live view counts the stream's bytes, when the list is kept
 	p.handOff(s, up, func(res relay.Result, err error) { rec.close(res.AToB, res.BToA, done(err)) })
 }
 
@@ -115,9 +121,8 @@ func (p *Proxy) acceptConnect(s *hbone.ServerStream) (net.Conn, *connRecord, fun
 		// Only gozt logs it (SPEC §2.5): src.addr stays the peer.
 		accessLog = accessLog.With("src.forwarded", req.forwarded.String())
 	}
-	rec := p.cfg.Metrics.open(accessLog, labels, true)
+	rec := p.cfg.Metrics.openConn(accessLog, labels, true, req.src, req.l3dst, s.Authority())
 	rec.start = start
-	rec.srcAddr, rec.dstAddr, rec.hboneAddr = req.src, req.l3dst, s.Authority()
 	if ierr != nil {
 		_ = s.Respond(ierr.status, nil)
 		rec.close(0, 0, ierr)
@@ -168,6 +173,7 @@ func (p *Proxy) checkConnect(s *hbone.ServerStream) (inboundRequest, *inboundErr
 		method: s.Method(), authority: s.Authority(), l3dst: req.l3dst, src: req.src, srcID: req.srcID,
 		forwardedFor: fwd,
 	})
+	p.noteInboundDenial(&req, ierr) // the live view's recent denials
 	return req, ierr
 }
 

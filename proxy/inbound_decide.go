@@ -33,8 +33,8 @@ func unavailable(err error) *inboundError {
 }
 
 // illegalPorts are the ports no connection may target: the proxy's own
-// (SPEC §1.2). A zero entry is unused.
-type illegalPorts [4]uint16
+// (SPEC §1.2), its DNS proxy's included. A zero entry is unused.
+type illegalPorts [5]uint16
 
 // contains reports whether port is one of the illegal ports.
 func (ip illegalPorts) contains(port uint16) bool {

@@ -43,6 +43,8 @@ const (
 	flagNetworkPolicy = "NETWORK_POLICY"
 	// flagIdentity: the source's own certificate could not be had.
 	flagIdentity = "IDENTITY_ERROR"
+	// flagRevoked: a CRL_PATH list revoked the peer's certificate chain.
+	flagRevoked = "CERT_REVOKED"
 )
 
 // Security policies (SPEC §7.1).
@@ -59,6 +61,11 @@ type Metrics struct {
 	received *prometheus.CounterVec
 	sent     *prometheus.CounterVec
 	sockets  *prometheus.GaugeVec
+
+	// crlRejections counts handshakes refused and tunnels closed because a
+	// CRL revoked the peer; crlUntracked counts tunnels a CRL change could
+	// not re-check (SPEC §7.1).
+	crlRejections, crlUntracked *prometheus.CounterVec
 
 	mu     sync.RWMutex
 	series map[trafficLabels]*series
@@ -117,13 +124,22 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		sockets: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "istio_tcp_sockets_open", Help: "The current number of open TCP sockets (unstable)",
 		}, []string{"reporter"}),
+		crlRejections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "istio_crl_policy_rejections_total", Help: "Connections rejected because a CRL revoked the peer's certificate (unstable)",
+		}, []string{"reporter"}),
+		crlUntracked: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "istio_crl_untracked_connections_total", Help: "Connections a CRL change could not re-check (unstable)",
+		}, []string{"reporter"}),
 		series: make(map[trafficLabels]*series),
 	}
-	reg.MustRegister(m.sockets)
+	reg.MustRegister(m.sockets, m.crlRejections, m.crlUntracked)
 	// Both reporters exist from the start, at 0, so a dashboard shows 0
 	// rather than "No data".
-	m.sockets.WithLabelValues("source")
-	m.sockets.WithLabelValues("destination")
+	for _, r := range []string{"source", "destination"} {
+		m.sockets.WithLabelValues(r)
+		m.crlRejections.WithLabelValues(r)
+		m.crlUntracked.WithLabelValues(r)
+	}
 	m.seedEmptySeries()
 	return m
 }
@@ -256,11 +272,65 @@ type connRecord struct {
 	live             *liveConns // the list this record is on, if any
 }
 
-// open records the connection as opened.
+// open records a connection whose addresses are not known as opened.
 func (m *Metrics) open(log *slog.Logger, l trafficLabels, inbound bool) *connRecord {
-	r := &connRecord{m: m, log: log, s: m.seriesFor(&l), start: time.Now(), inbound: inbound}
+	return m.openConn(log, l, inbound, netip.AddrPort{}, netip.AddrPort{}, "")
+}
+
+// openConn records the connection from src to dst (and the CONNECT
+// authority hboneAddr, "" for none) as opened, and logs it at DEBUG (SPEC
+// §7.3).
+func (m *Metrics) openConn(log *slog.Logger, l trafficLabels, inbound bool, src, dst netip.AddrPort, hboneAddr string) *connRecord {
+	r := &connRecord{m: m, log: log, s: m.seriesFor(&l), start: time.Now(), inbound: inbound,
+		srcAddr: src, dstAddr: dst, hboneAddr: hboneAddr}
 	r.s.opened.Inc()
+	if log.Enabled(context.Background(), slog.LevelDebug) {
+		log.LogAttrs(context.Background(), slog.LevelDebug, "connection opened", r.endpointAttrs(nil)...)
+	}
 	return r
+}
+
+// bare is a log value written unquoted, as ztunnel writes its Display
+// fields (addresses).
+type bare string
+
+func (b bare) String() string { return string(b) }
+
+// endpointAttrs appends the access log's fields naming both ends (SPEC
+// §7.3), in ztunnel's order; a field without a value is left out, as
+// ztunnel leaves out what it does not know. Identities are logged only for
+// mTLS connections; they are the principals already in the labels.
+func (r *connRecord) endpointAttrs(attrs []slog.Attr) []slog.Attr {
+	l := &r.s.labels
+	mtls := l.securityPolicy == securityMutualTLS
+	str := func(key, v string) {
+		if v != "" {
+			attrs = append(attrs, slog.String(key, v))
+		}
+	}
+	attrs = append(attrs, slog.Any("src.addr", r.srcAddr))
+	str("src.workload", l.srcWorkload)
+	str("src.namespace", l.srcNamespace)
+	if mtls {
+		str("src.identity", l.srcPrincipal)
+	}
+	str("src.cluster", l.srcCluster)
+	attrs = append(attrs, slog.Any("dst.addr", r.dstAddr))
+	if r.hboneAddr != "" {
+		attrs = append(attrs, slog.Any("dst.hbone_addr", bare(r.hboneAddr)))
+	}
+	str("dst.service", l.dstService)
+	str("dst.workload", l.dstWorkload)
+	str("dst.namespace", l.dstNamespace)
+	if mtls {
+		str("dst.identity", l.dstPrincipal)
+	}
+	str("dst.cluster", l.dstCluster)
+	direction := "outbound"
+	if r.inbound {
+		direction = "inbound"
+	}
+	return append(attrs, slog.String("direction", direction))
 }
 
 // setFlag sets the response flag the close is recorded with.
@@ -297,36 +367,11 @@ func (r *connRecord) close(requestBytes, responseBytes int64, err error) {
 	// bytes_sent / bytes_recv are from the reporting ztunnel's view toward
 	// its peer (SPEC §7.3).
 	bytesSent, bytesRecv := requestBytes, responseBytes
-	direction := "outbound"
 	if r.inbound {
 		bytesSent, bytesRecv = responseBytes, requestBytes
-		direction = "inbound"
 	}
-	attrs := []slog.Attr{
-		slog.String("src.addr", r.srcAddr.String()),
-		slog.String("src.workload", s.labels.srcWorkload),
-		slog.String("src.namespace", s.labels.srcNamespace),
-	}
-	// Identities are logged only for mTLS connections (SPEC §7.3); they are
-	// the principals already in the labels.
-	mtls := s.labels.securityPolicy == securityMutualTLS
-	if mtls && s.labels.srcPrincipal != "" {
-		attrs = append(attrs, slog.String("src.identity", s.labels.srcPrincipal))
-	}
-	attrs = append(attrs, slog.String("dst.addr", r.dstAddr.String()))
-	if r.hboneAddr != "" {
-		attrs = append(attrs, slog.String("dst.hbone_addr", r.hboneAddr))
-	}
+	attrs := r.endpointAttrs(make([]slog.Attr, 0, 20))
 	attrs = append(attrs,
-		slog.String("dst.service", s.labels.dstService),
-		slog.String("dst.workload", s.labels.dstWorkload),
-		slog.String("dst.namespace", s.labels.dstNamespace),
-	)
-	if mtls && s.labels.dstPrincipal != "" {
-		attrs = append(attrs, slog.String("dst.identity", s.labels.dstPrincipal))
-	}
-	attrs = append(attrs,
-		slog.String("direction", direction),
 		slog.Int64("bytes_sent", bytesSent),
 		slog.Int64("bytes_recv", bytesRecv),
 		slog.String("duration", durationMillis(time.Since(r.start))),

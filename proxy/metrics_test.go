@@ -147,3 +147,42 @@ func TestEmptySeriesNeverCounted(t *testing.T) {
 		}
 	}
 }
+
+// TestAccessLogFields (SPEC §7.3): "connection opened" at DEBUG and
+// "connection complete" carry ztunnel's fields in its order, clusters
+// included; a field gozt has no value for is left out, not logged empty;
+// identities only for mTLS; addresses are values that print bare.
+func TestAccessLogFields(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	m := NewMetrics(prometheus.NewRegistry())
+	l := trafficLabels{reporter: "source", srcWorkload: "client", srcNamespace: "demo", srcCluster: "c1",
+		srcPrincipal: "spiffe://td/ns/demo/sa/client", dstWorkload: "server", dstCluster: "c2",
+		dstPrincipal: "spiffe://td/ns/demo/sa/server", securityPolicy: securityMutualTLS, responseFlags: flagNone}
+	r := m.openConn(log, l, false, netip.MustParseAddrPort("10.0.0.1:1234"), netip.MustParseAddrPort("10.0.0.2:15008"), "10.0.0.2:80")
+	r.close(3, 5, nil)
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("log lines:\n%s", &buf)
+	}
+	ends := `src.addr=10.0.0.1:1234 src.workload=client src.namespace=demo src.identity=spiffe://td/ns/demo/sa/client src.cluster=c1 ` +
+		`dst.addr=10.0.0.2:15008 dst.hbone_addr=10.0.0.2:80 dst.workload=server dst.identity=spiffe://td/ns/demo/sa/server dst.cluster=c2 direction=outbound`
+	if !strings.Contains(lines[0], "level=DEBUG msg=\"connection opened\" "+ends) {
+		t.Errorf("opened line:\n%s\nwant it to end with\n%s", lines[0], ends)
+	}
+	if !strings.Contains(lines[1], "level=INFO msg=\"connection complete\" "+ends+" bytes_sent=3 bytes_recv=5 duration=") {
+		t.Errorf("complete line:\n%s\nwant the fields\n%s", lines[1], ends)
+	}
+	for _, absent := range []string{"dst.service=", "dst.namespace=", `=""`} {
+		if strings.Contains(buf.String(), absent) {
+			t.Errorf("log has %q, want fields without a value left out:\n%s", absent, &buf)
+		}
+	}
+	// Without mTLS, no identities.
+	buf.Reset()
+	l.securityPolicy = securityUnknown
+	m.openConn(log, l, true, netip.MustParseAddrPort("10.0.0.1:1"), netip.MustParseAddrPort("10.0.0.2:80"), "").close(0, 0, nil)
+	if strings.Contains(buf.String(), "identity") || !strings.Contains(buf.String(), "direction=inbound") {
+		t.Errorf("plaintext log:\n%s", &buf)
+	}
+}

@@ -84,8 +84,7 @@ func (p *Proxy) openOutbound(down net.Conn, dst netip.AddrPort) (net.Conn, *conn
 		labels.srcPrincipal = src.Identity().String()
 		labels.securityPolicy = securityMutualTLS
 	}
-	rec := p.cfg.Metrics.open(p.accessLog, labels, false)
-	rec.srcAddr, rec.dstAddr = downAddr, rt.dial
+	rec := p.cfg.Metrics.openConn(p.accessLog, labels, false, downAddr, rt.dial, "")
 	if rt.kind == routeHBONE {
 		rec.hboneAddr = rt.authority
 	}
@@ -101,6 +100,7 @@ func (p *Proxy) openOutbound(down net.Conn, dst netip.AddrPort) (net.Conn, *conn
 			proto = "HBONE"
 		}
 		p.live.add(rec, ConnJSON{Src: downAddr.String(), OriginalDst: dst.String(), ActualDst: rt.dial.String(), Protocol: proto})
+		p.live.bind(rec, down)
 	}
 	return up, rec
 }
@@ -164,7 +164,8 @@ func (p *Proxy) dialHBONE(ctx context.Context, key hbone.Key) (*hbone.ClientConn
 	tc := tls.Client(hbone.NewBatchConn(raw), certs.ClientConfig(cert, strings.Split(key.DstIdentities, ",")))
 	if err := tc.HandshakeContext(ctx); err != nil {
 		raw.Close()
-		return nil, withFlag(flagTLS, fmt.Errorf("tls handshake with %s: %w", key.Dst, err))
+		p.noteHandshakeError(err, "source")
+		return nil, withFlag(handshakeFlag(err), fmt.Errorf("tls handshake with %s: %w", key.Dst, err))
 	}
 	// The connection takes min(POOL_MAX_STREAMS_PER_CONNECTION, the peer's
 	// limit) streams (SPEC §2.2), as the pool assumes.
@@ -174,6 +175,9 @@ func (p *Proxy) dialHBONE(ctx context.Context, key hbone.Key) (*hbone.ClientConn
 	if err != nil {
 		tc.Close()
 		return nil, withFlag(flagH2, fmt.Errorf("http/2 handshake with %s: %w", key.Dst, err))
+	}
+	if cs := tc.ConnectionState(); !p.trackOutbound(cc, cert, &cs) {
+		return nil, withFlag(flagRevoked, fmt.Errorf("tls handshake with %s: %w", key.Dst, certs.ErrCertRevoked))
 	}
 	return cc, nil
 }

@@ -45,17 +45,18 @@ func (p *Proxy) acceptPlaintext(c net.Conn) (net.Conn, *connRecord, func(error) 
 	var up net.Conn
 	if err != nil {
 		labels.responseFlags = flagDeny
+		p.noteDenial(snap, local, ViaTCP, authz, err)
 	} else if up, err = p.dialSpoofed(src.Addr(), dst); err != nil {
 		labels.responseFlags = flagConnect
 	}
-	rec := p.cfg.Metrics.open(p.accessLog, labels, true)
-	rec.srcAddr, rec.dstAddr = src, dst
+	rec := p.cfg.Metrics.openConn(p.accessLog, labels, true, src, dst, "")
 	if err != nil {
 		rec.close(0, 0, err)
 		return nil, nil, nil
 	}
 	if p.cfg.ListConnections {
 		p.live.add(rec, ConnJSON{Src: src.String(), OriginalDst: dst.String(), ActualDst: dst.String(), Protocol: "TCP"})
+		p.live.bind(rec, c)
 	}
 	done := p.watchPolicy(connmgr.Info{WorkloadUID: local.UID, Conn: authz, Inbound: connmgr.InboundTCP, Checked: snap}, rec, c, up)
 	return up, rec, done

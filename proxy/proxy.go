@@ -25,6 +25,7 @@ import (
 	"github.com/gozt/gozt/certs/identity"
 	"github.com/gozt/gozt/hbone"
 	"github.com/gozt/gozt/proxy/connmgr"
+	"github.com/gozt/gozt/proxy/dns"
 	"github.com/gozt/gozt/proxy/relay"
 	"github.com/gozt/gozt/proxy/sockopt"
 	"github.com/gozt/gozt/proxy/state"
@@ -75,8 +76,13 @@ type Config struct {
 	// mode's self-proxy, which serves gozt's own identity (SPEC §1.3).
 	InboundOnly bool
 	// ListConnections keeps the list of open connections that Connections
-	// returns (shared mode's /config_dump workloadState).
+	// returns (shared mode's /config_dump workloadState) and, with the
+	// bytes each moved so far, LiveConnections (the admin live view).
 	ListConnections bool
+	// Denials, if non-nil, records every connection authorization refuses,
+	// with the deciding policy and rule (the admin live view); proxies may
+	// share one.
+	Denials *Denials
 	// ReusePort sets SO_REUSEPORT on the listeners, so an old and a new
 	// gozt share a pod's ports during an upgrade (INPOD_PORT_REUSE).
 	ReusePort bool
@@ -93,6 +99,12 @@ type Config struct {
 	ConnMgr *connmgr.Manager
 	// EnableSOCKS5 opens the SOCKS5 listener (15080).
 	EnableSOCKS5 bool
+	// DNS, if non-nil, runs the workload's DNS proxy on DNSAddrs (UDP and
+	// TCP each, made like the other listeners) answering through DNS, which
+	// also resolves SOCKS5 domain targets (SPEC §10). Nil means no DNS
+	// proxy, and SOCKS5 refuses domain targets.
+	DNS      *dns.Resolver
+	DNSAddrs []netip.AddrPort
 	// HBONE holds the HTTP/2 settings; zero fields take ztunnel's defaults.
 	HBONE hbone.Config
 	// PoolMaxStreams caps streams per pooled HBONE connection; if zero 100.
@@ -156,6 +168,7 @@ type Proxy struct {
 	accessLog *slog.Logger
 	pool      *hbone.Pool
 	hbone     *hbone.Server
+	dns       *dns.Server  // or nil
 	illegal   illegalPorts // ports a connection may never target (SPEC §1.2)
 	// transparent reports whether IP_TRANSPARENT took effect on the inbound
 	// listener; set by Listen, read-only afterwards.
@@ -181,6 +194,9 @@ type Proxy struct {
 	// peers holds the client identity of each inbound HBONE connection
 	// (*tls.Conn → *peer).
 	peers sync.Map
+	// tunnels holds every open mTLS connection, either way, for CRL
+	// re-checks (crl.go): *tls.Conn or *hbone.ClientConn → *tunnel.
+	tunnels sync.Map
 }
 
 // New validates cfg and returns a Proxy that has not bound anything yet.
@@ -203,6 +219,11 @@ func New(cfg Config) (*Proxy, error) {
 	if cfg.EnableSOCKS5 {
 		p.illegal[3] = SOCKS5Port
 	}
+	if cfg.DNS != nil && len(cfg.DNSAddrs) > 0 {
+		// gozt local binds DNS on the workload IP, which an HBONE peer
+		// could otherwise make the inbound side dial (loop protection).
+		p.illegal[4] = cfg.DNSAddrs[0].Port()
+	}
 	p.lifetime, p.cancel = context.WithCancel(context.Background())
 	p.pool = hbone.NewPool(hbone.PoolConfig{
 		Dial:              p.dialHBONE,
@@ -213,6 +234,12 @@ func New(cfg Config) (*Proxy, error) {
 	hcfg := cfg.HBONE
 	hcfg.Logger = p.log
 	p.hbone = &hbone.Server{Config: hcfg, Handler: p.serveConnect}
+	if cfg.DNS != nil && !cfg.InboundOnly {
+		p.dns = dns.NewServer(dns.ServerConfig{
+			Resolver: cfg.DNS, Local: p.awaitLocalWorkload, Addrs: cfg.DNSAddrs,
+			InNetns: cfg.InNetns, Mark: cfg.Mark, ReusePort: cfg.ReusePort, OptionalIPv6: true, Logger: p.log,
+		})
+	}
 	return p, nil
 }
 
@@ -272,6 +299,9 @@ func (p *Proxy) Listen(ctx context.Context) (err error) {
 		if s.name == "inbound" {
 			p.transparent = sockopt.TransparentEnabled(l)
 		}
+	}
+	if p.dns != nil {
+		return p.dns.Listen(ctx)
 	}
 	return nil
 }
@@ -341,6 +371,13 @@ func (p *Proxy) Serve() error {
 	for name, l := range p.listeners {
 		p.wg.Add(1)
 		go p.acceptLoop(l, handlers[name], p.cfg.Metrics.socketsOpen(listenerReporter[name]))
+	}
+	if p.dns != nil {
+		p.wg.Go(func() {
+			if err := p.dns.Serve(); err != nil {
+				p.log.Warn("dns proxy failed", "error", err)
+			}
+		})
 	}
 	p.mu.Unlock()
 	p.wg.Wait()
@@ -428,7 +465,11 @@ func (p *Proxy) containPanic(c net.Conn) {
 // panic in finish is logged and contained like a handler's.
 func (p *Proxy) handOff(down, up net.Conn, finish func(relay.Result, error)) {
 	p.wg.Add(1)
-	relay.Start(down, up, nil, nil, func(res relay.Result, err error) {
+	var request, response *atomic.Int64 // live byte counts, only for a listed connection
+	if p.cfg.ListConnections {
+		request, response = p.live.counters(down, up)
+	}
+	relay.Start(down, up, request, response, func(res relay.Result, err error) {
 		defer p.wg.Done()
 		defer p.forget(down)
 		defer p.containPanic(down)
@@ -487,6 +528,9 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 
 	drained := make(chan struct{})
 	go func() {
+		if p.dns != nil {
+			_ = p.dns.Shutdown(ctx)
+		}
 		p.hbone.Shutdown(ctx)
 		p.waitConns(ctx)
 		close(drained)
@@ -540,6 +584,9 @@ func (p *Proxy) localWorkload(snap *state.Snapshot) *state.Workload {
 	return snap.WorkloadByUID(p.cfg.WorkloadUID)
 }
 
+// DNS is the workload's DNS proxy, or nil.
+func (p *Proxy) DNS() *dns.Server { return p.dns }
+
 // UID is the uid of the workload this proxy serves.
 func (p *Proxy) UID() string { return p.cfg.WorkloadUID }
 
@@ -562,6 +609,7 @@ func (p *Proxy) watchPolicy(info connmgr.Info, rec *connRecord, legs ...net.Conn
 		unregister()
 		if reason := closed.Load(); reason != nil {
 			rec.setFlag(flagDeny)
+			p.noteRecheckDenial(info)
 			return *reason
 		}
 		return err

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -116,34 +117,17 @@ func (p *Proxy) socksHandshake(c net.Conn) (netip.AddrPort, byte, error) {
 		ip = netip.AddrFrom16([16]byte(addr)).Unmap()
 	default:
 		name := string(addr[1:])
-		var ok bool
-		if ip, ok = p.resolveServiceVIP(name, addrPortOf(c.RemoteAddr()).Addr().Is4()); !ok {
-			return netip.AddrPort{}, socksRepHostUnr, fmt.Errorf("resolve %q: no such service", name)
+		if p.dns == nil {
+			return netip.AddrPort{}, socksRepNotSupp, fmt.Errorf("%w: domain target %q needs the DNS proxy (DNS_CAPTURE)", errSOCKS, name)
+		}
+		ctx, cancel := context.WithTimeout(p.lifetime, socksHandshakeTO)
+		defer cancel()
+		var err error
+		if ip, err = p.dns.LookupIP(ctx, name, addrPortOf(c.RemoteAddr()).Addr().Is6()); err != nil {
+			return netip.AddrPort{}, socksRepHostUnr, fmt.Errorf("resolve %q: %w", name, err)
 		}
 	}
 	return netip.AddrPortFrom(ip, port), 0, nil
-}
-
-// resolveServiceVIP resolves a service hostname to one of its VIPs on this
-// network, preferring the client's address family. gozt has no DNS proxy
-// yet, so SOCKS5 domain targets resolve against mesh services only.
-func (p *Proxy) resolveServiceVIP(name string, preferV4 bool) (netip.Addr, bool) {
-	var found netip.Addr
-	for _, svc := range p.cfg.Store.Snapshot().ServicesByHostname(name) {
-		for _, vip := range svc.VIPs {
-			if vip.Network != p.cfg.Network {
-				continue
-			}
-			a := vip.Address.Unmap()
-			if a.Is4() == preferV4 {
-				return a, true
-			}
-			if !found.IsValid() {
-				found = a
-			}
-		}
-	}
-	return found, found.IsValid()
 }
 
 // writeSOCKSReply sends a reply with bound address 0.0.0.0:0.

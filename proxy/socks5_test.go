@@ -2,12 +2,16 @@ package proxy
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"net"
 	"net/netip"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gozt/gozt/proxy/dns"
 	"github.com/gozt/gozt/proxy/state"
 )
 
@@ -23,31 +27,48 @@ func TestSOCKSHandshake(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
+		if err := b.InsertWorkload(&state.Workload{UID: "Kubernetes//Pod/demo/client", Name: "client", Namespace: "demo",
+			Addresses: []netip.Addr{netip.MustParseAddr("10.0.0.99")}}); err != nil {
+			t.Fatal(err)
+		}
 	})
-	p := &Proxy{cfg: Config{Store: store}}
+	// Domain targets resolve through the DNS proxy's resolver, as the
+	// client workload's queries would (no upstream: others fail).
+	p := &Proxy{cfg: Config{Store: store}, lifetime: context.Background()}
+	p.dns = dns.NewServer(dns.ServerConfig{
+		Resolver: dns.NewResolver(dns.Config{Metrics: dns.NewMetrics(prometheus.NewRegistry())}),
+		Local: func(context.Context) (*state.Snapshot, *state.Workload) {
+			snap := store.Snapshot()
+			return snap, snap.WorkloadByUID("Kubernetes//Pod/demo/client")
+		},
+	})
+	noDNS := &Proxy{cfg: Config{Store: store}, lifetime: context.Background()}
 
 	greeting := []byte{5, 1, 0}
 	domain := append([]byte{5, 1, 0, 3, byte(len("echo.demo.svc.cluster.local"))}, "echo.demo.svc.cluster.local"...)
 	for _, tc := range []struct {
 		name      string
+		p         *Proxy // nil: p
 		in        []byte
 		want      string // target, or "" on failure
 		rep       byte
 		wantReply []byte
 	}{
-		{"ipv4", cat(greeting, []byte{5, 1, 0, 1, 10, 0, 0, 7, 0x1f, 0x90}), "10.0.0.7:8080", 0, []byte{5, 0}},
-		{"ipv6", cat(greeting, []byte{5, 1, 0, 4}, netip.MustParseAddr("fd00::7").AsSlice(), []byte{0, 80}), "[fd00::7]:80", 0, []byte{5, 0}},
-		{"mapped ipv6", cat(greeting, []byte{5, 1, 0, 4}, netip.MustParseAddr("::ffff:10.0.0.8").AsSlice(), []byte{0, 80}), "10.0.0.8:80", 0, []byte{5, 0}},
-		{"domain", cat(greeting, domain, []byte{0, 80}), "10.96.0.10:80", 0, []byte{5, 0}},
-		{"three methods", cat([]byte{5, 3, 2, 1, 0}, []byte{5, 1, 0, 1, 10, 0, 0, 7, 0, 80}), "10.0.0.7:80", 0, []byte{5, 0}},
-		{"unknown domain", cat(greeting, []byte{5, 1, 0, 3, 3}, []byte("foo"), []byte{0, 80}), "", socksRepHostUnr, []byte{5, 0}},
-		{"empty domain", cat(greeting, []byte{5, 1, 0, 3, 0, 0, 80}), "", socksRepHostUnr, []byte{5, 0}},
-		{"bind command", cat(greeting, []byte{5, 2, 0, 1, 10, 0, 0, 7, 0, 80}), "", socksRepNotSupp, []byte{5, 0}},
-		{"bad atyp", cat(greeting, []byte{5, 1, 0, 9, 1}), "", socksRepNotSupp, []byte{5, 0}},
-		{"request version", cat(greeting, []byte{4, 1, 0, 1, 1}), "", socksRepNotSupp, []byte{5, 0}},
-		{"no no-auth", []byte{5, 1, 2}, "", 0, []byte{5, 0xff}},
-		{"zero methods", []byte{5, 0, 0}, "", 0, []byte{5, 0xff}},
-		{"socks4", []byte{4, 1, 0, 80}, "", 0, nil},
+		{"ipv4", nil, cat(greeting, []byte{5, 1, 0, 1, 10, 0, 0, 7, 0x1f, 0x90}), "10.0.0.7:8080", 0, []byte{5, 0}},
+		{"ipv6", nil, cat(greeting, []byte{5, 1, 0, 4}, netip.MustParseAddr("fd00::7").AsSlice(), []byte{0, 80}), "[fd00::7]:80", 0, []byte{5, 0}},
+		{"mapped ipv6", nil, cat(greeting, []byte{5, 1, 0, 4}, netip.MustParseAddr("::ffff:10.0.0.8").AsSlice(), []byte{0, 80}), "10.0.0.8:80", 0, []byte{5, 0}},
+		{"domain", nil, cat(greeting, domain, []byte{0, 80}), "10.96.0.10:80", 0, []byte{5, 0}},
+		{"three methods", nil, cat([]byte{5, 3, 2, 1, 0}, []byte{5, 1, 0, 1, 10, 0, 0, 7, 0, 80}), "10.0.0.7:80", 0, []byte{5, 0}},
+		{"short name", nil, cat(greeting, []byte{5, 1, 0, 3, 4}, []byte("echo"), []byte{0, 80}), "10.96.0.10:80", 0, []byte{5, 0}},
+		{"domain without DNS proxy", noDNS, cat(greeting, domain, []byte{0, 80}), "", socksRepNotSupp, []byte{5, 0}},
+		{"unknown domain", nil, cat(greeting, []byte{5, 1, 0, 3, 3}, []byte("foo"), []byte{0, 80}), "", socksRepHostUnr, []byte{5, 0}},
+		{"empty domain", nil, cat(greeting, []byte{5, 1, 0, 3, 0, 0, 80}), "", socksRepHostUnr, []byte{5, 0}},
+		{"bind command", nil, cat(greeting, []byte{5, 2, 0, 1, 10, 0, 0, 7, 0, 80}), "", socksRepNotSupp, []byte{5, 0}},
+		{"bad atyp", nil, cat(greeting, []byte{5, 1, 0, 9, 1}), "", socksRepNotSupp, []byte{5, 0}},
+		{"request version", nil, cat(greeting, []byte{4, 1, 0, 1, 1}), "", socksRepNotSupp, []byte{5, 0}},
+		{"no no-auth", nil, []byte{5, 1, 2}, "", 0, []byte{5, 0xff}},
+		{"zero methods", nil, []byte{5, 0, 0}, "", 0, []byte{5, 0xff}},
+		{"socks4", nil, []byte{4, 1, 0, 80}, "", 0, nil},
 	} {
 		for _, trickle := range []bool{false, true} {
 			name := tc.name
@@ -81,7 +102,11 @@ func TestSOCKSHandshake(t *testing.T) {
 						reply.Write(buf)
 					}
 				}()
-				dst, rep, err := p.socksHandshake(server)
+				px := p
+				if tc.p != nil {
+					px = tc.p
+				}
+				dst, rep, err := px.socksHandshake(server)
 				if tc.want == "" {
 					if err == nil || rep != tc.rep {
 						t.Errorf("socksHandshake = %v, rep %d, %v; want an error with rep %d", dst, rep, err, tc.rep)

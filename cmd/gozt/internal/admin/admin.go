@@ -1,6 +1,7 @@
 // Package admin serves gozt's three HTTP/1.1 side ports (SPEC §8): admin
-// (15000, localhost only: /config_dump, /quitquitquit, /logging, pprof),
-// Prometheus metrics (15020) and readiness (15021). Only cmd/gozt imports it.
+// (15000, localhost only: the live view at /, /config_dump, /quitquitquit,
+// /logging, pprof), Prometheus metrics (15020) and readiness (15021). Only
+// cmd/gozt imports it.
 package admin
 
 import (
@@ -36,6 +37,10 @@ type Config struct {
 	Levels *logscope.Levels
 	// Handlers are extra endpoints by path (e.g. /debug/authz), or nil.
 	Handlers map[string]http.Handler
+	// Live, if non-nil, returns what the live view (/ and /debug/live,
+	// live.go) shows now; it is called once per poll, every second while
+	// the page is open.
+	Live func() LiveInput
 }
 
 // ErrNotLoopback is returned when the admin address is not a loopback
@@ -59,14 +64,8 @@ func ListenAdmin(ctx context.Context, addr string, cfg Config) (*Server, error) 
 		return nil, fmt.Errorf("%w: %s", ErrNotLoopback, addr)
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/" {
-			http.NotFound(w, r)
-			return
-		}
-		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		fmt.Fprint(w, dashboard)
-	})
+	mux.HandleFunc("/", serveLivePage)
+	mux.HandleFunc("/debug/live", liveHandler(cfg.Live))
 	mux.HandleFunc("/config_dump", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
@@ -105,7 +104,17 @@ func ListenAdmin(ctx context.Context, addr string, cfg Config) (*Server, error) 
 // ListenMetrics binds the Prometheus endpoint (/metrics and
 // /stats/prometheus) for reg.
 func ListenMetrics(ctx context.Context, addr string, reg *prometheus.Registry) (*Server, error) {
-	h := promhttp.HandlerFor(reg, promhttp.HandlerOpts{EnableOpenMetrics: true})
+	prom := promhttp.HandlerFor(reg, promhttp.HandlerOpts{EnableOpenMetrics: true})
+	// ztunnel answers OpenMetrics 1.0.0 whenever Accept lists
+	// application/openmetrics-text, else text (SPEC §7); promhttp alone
+	// would answer 0.0.1 to a bare application/openmetrics-text.
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.Contains(strings.ToLower(strings.Join(r.Header.Values("Accept"), ",")), "application/openmetrics-text") {
+			r = r.Clone(r.Context())
+			r.Header.Set("Accept", "application/openmetrics-text;version=1.0.0")
+		}
+		prom.ServeHTTP(w, r)
+	})
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", h)
 	mux.Handle("/stats/prometheus", h)
@@ -201,13 +210,6 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.wg.Wait()
 	return err
 }
-
-const dashboard = `<!doctype html><title>gozt admin</title><h1>gozt admin</h1><ul>
-<li><a href="/config_dump">/config_dump</a>: workloads, services, policies, certificates</li>
-<li>POST /logging?level=debug: change the log level</li>
-<li>POST /quitquitquit: graceful shutdown</li>
-<li><a href="/debug/pprof/profile?seconds=10">/debug/pprof/profile</a>, <a href="/debug/pprof/heap">/debug/pprof/heap</a>, <a href="/debug/pprof/goroutine?debug=1">/debug/pprof/goroutine</a></li>
-</ul>`
 
 // Addrs are the three side-port addresses.
 type Addrs struct {

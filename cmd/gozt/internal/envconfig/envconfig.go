@@ -34,6 +34,7 @@ type Config struct {
 	CAAddress       string            `json:"caAddress"`
 	XDSRootCA       string            `json:"xdsRootCA"` // path, "SYSTEM", or inline PEM
 	CARootCA        string            `json:"caRootCA"`
+	CRLPath         string            `json:"crlPath"` // CRL_PATH: peer revocation lists, "" for none
 	AltXDSHostname  string            `json:"altXDSHostname"`
 	AltCAHostname   string            `json:"altCAHostname"`
 	AuthToken       string            `json:"-"` // path of the token file, or a static token (AuthTokenIsFile tells)
@@ -164,10 +165,8 @@ func Load(environ []string) (Config, error) {
 	if c.LogFormat != "plain" && c.LogFormat != "json" {
 		l.fail("LOG_FORMAT", "must be plain or json, not %q", c.LogFormat)
 	}
-	if v := l.get("CRL_PATH"); v != "" {
-		// Istio's chart sets CRL_PATH only with peerCaCrl.enabled.
-		l.fail("CRL_PATH", "certificate revocation lists (%s) are not supported yet; unset CRL_PATH (chart value peerCaCrl.enabled=false)", v)
-	}
+	// Istio's chart sets CRL_PATH only with peerCaCrl.enabled.
+	c.CRLPath = l.get("CRL_PATH")
 	if l.boolean("FAKE_CA", false) {
 		l.fail("FAKE_CA", "gozt has no insecure fake CA; certificates always come from CA_ADDRESS")
 	}

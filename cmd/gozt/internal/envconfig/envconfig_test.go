@@ -132,7 +132,6 @@ func TestBadValues(t *testing.T) {
 		"KEEPALIVE_INTERVAL=3",
 		"KEEPALIVE_RETRIES=-1",
 		"INPOD_PORT_REUSE=perhaps",
-		"CRL_PATH=/var/run/secrets/istio/crl/ca-crl.pem",
 		"ISTIO_META_DNS_PROXY_ADDR=not-an-address",
 		"ISTIO_META_DNS_PROXY_ADDR=localhost:http",
 	} {

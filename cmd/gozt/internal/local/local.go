@@ -26,9 +26,11 @@ import (
 	"github.com/gozt/gozt/cmd/gozt/internal/admin"
 	"github.com/gozt/gozt/cmd/gozt/internal/explain"
 	"github.com/gozt/gozt/cmd/gozt/internal/logscope"
-	"github.com/gozt/gozt/cmd/gozt/internal/runner"
+	"github.com/gozt/gozt/internal/runner"
 	"github.com/gozt/gozt/proxy"
 	"github.com/gozt/gozt/proxy/connmgr"
+	"github.com/gozt/gozt/proxy/dns"
+	"github.com/gozt/gozt/proxy/inpod"
 	"github.com/gozt/gozt/proxy/sockopt"
 	"github.com/gozt/gozt/proxy/state"
 	"github.com/gozt/gozt/xds"
@@ -52,6 +54,9 @@ type Options struct {
 	AdminAddr, MetricsAddr, ReadinessAddr string
 	// Network is this node's network name.
 	Network string
+	// IgnoreForwarded ignores the Forwarded for= of waypoints, as ztunnel
+	// does (proxy.Config.IgnoreForwarded; TRUST_WAYPOINT_FORWARDED=false).
+	IgnoreForwarded bool
 	// CertTTL is the workload certificate lifetime; if zero 24h.
 	CertTTL time.Duration
 	// Logger receives logs (nil: discard); Levels, if set, are its live
@@ -73,6 +78,7 @@ type Mesh struct {
 	connmgr  *connmgr.Manager
 	registry *prometheus.Registry
 	proxies  []*proxy.Proxy
+	denials  *proxy.Denials // every proxy's recent denials, for the live view
 	ready    *admin.Readiness
 	ports    *admin.Ports
 	echo     *EchoServer
@@ -112,7 +118,16 @@ func Start(ctx context.Context, opts Options) (m *Mesh, err error) {
 	m.registry = prometheus.NewRegistry()
 	m.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.registry.MustRegister(admin.BuildInfo("unknown"))
+	// Local mode runs no xDS client and no workload manager; their series
+	// read 0 so that every dashboard panel shows 0, not "No data".
+	if err := xds.RegisterMetrics(m.registry); err != nil {
+		return nil, err
+	}
+	if err := inpod.RegisterMetrics(m.registry); err != nil {
+		return nil, err
+	}
 	m.ready = admin.NewReadiness("proxy")
+	m.denials = proxy.NewDenials(0)
 
 	built := m // the named result is nil on an error return; clean up what was built
 	defer func() {
@@ -156,8 +171,27 @@ func (m *Mesh) startSidePorts(ctx context.Context) (err error) {
 		Quit:     m.signalQuit,
 		Levels:   m.opts.Levels,
 		Handlers: map[string]http.Handler{"/debug/authz": explain.Handler(m.store.Snapshot)},
+		Live:     m.live,
 	}, m.registry, m.ready)
 	return err
+}
+
+// live is what the admin live view shows: every proxied workload, its
+// connections and denials, the static config and the built-in CA.
+func (m *Mesh) live() admin.LiveInput {
+	snap := m.store.Snapshot()
+	in := admin.LiveInput{Mode: "local", Certs: m.certs.States(), ConnsListed: true,
+		XDS: &admin.Link{State: admin.LinkStatic, Address: orDefault(m.opts.ConfigPath, "embedded demo config")}}
+	for _, p := range m.proxies {
+		in.AddWorkload(snap.WorkloadByUID(p.UID()), "")
+		in.AddConns(p)
+	}
+	in.SetDenials(m.denials)
+	st := m.certs.IssuerStatus()
+	if in.CA = admin.NewLink(orDefault(m.opts.CADir, "in memory"), st.OK, st.Since, st.LastError); in.CA.State != admin.LinkDisconnected {
+		in.CA.State = admin.LinkBuiltIn
+	}
+	return in
 }
 
 // startProxies creates and binds a proxy for every workload with an IP on
@@ -165,6 +199,7 @@ func (m *Mesh) startSidePorts(ctx context.Context) (err error) {
 func (m *Mesh) startProxies(ctx context.Context) error {
 	metrics := proxy.NewMetrics(m.registry)
 	access := m.log.With("scope", "access")
+	resolver := m.newDNSResolver()
 	for _, w := range m.store.Snapshot().Workloads() {
 		ip, ok := localIP(w)
 		if !ok {
@@ -180,8 +215,15 @@ func (m *Mesh) startProxies(ctx context.Context) error {
 			Metrics:        metrics,
 			ConnMgr:        m.connmgr,
 			EnableSOCKS5:   true,
+			DNS:            resolver,
+			DNSAddrs:       []netip.AddrPort{netip.AddrPortFrom(ip, dns.Port)},
 			Logger:         m.log.With("scope", "proxy"),
 			AccessLog:      access,
+
+			// The live view lists connections with their bytes, and denials.
+			ListConnections: true,
+			Denials:         m.denials,
+			IgnoreForwarded: m.opts.IgnoreForwarded,
 		})
 		if err != nil {
 			return err
@@ -195,6 +237,24 @@ func (m *Mesh) startProxies(ctx context.Context) error {
 		return errors.New("local: no workload has an IP on this host; nothing to serve")
 	}
 	return nil
+}
+
+// resolvConf is where local mode finds the upstream DNS servers.
+const resolvConf = "/etc/resolv.conf"
+
+// newDNSResolver returns the resolver of every workload's DNS proxy (each
+// on its IP, port 15053): mesh names from the local config with the
+// Kubernetes search domains of the workload's namespace, other names from
+// this host's resolv.conf servers (none if it cannot be read).
+func (m *Mesh) newDNSResolver() *dns.Resolver {
+	rc, err := dns.ReadResolvConf(resolvConf)
+	if err != nil {
+		m.log.Warn("dns proxy: no upstream servers; only mesh names will resolve", "error", err)
+	}
+	return dns.NewResolver(dns.Config{
+		Upstreams: rc.Servers, UpstreamTimeout: rc.Timeout, UpstreamAttempts: rc.Attempts,
+		Metrics: dns.NewMetrics(m.registry), Logger: m.log.With("scope", "dns"),
+	})
 }
 
 // localIP returns the first of w's addresses that belongs to this host
@@ -280,6 +340,11 @@ func (m *Mesh) banner() {
 				fmt.Fprintf(out, "  %-28s %-9s %s\n", p.UID(), name, a)
 			}
 		}
+		if d := p.DNS(); d != nil {
+			if udp, _ := d.Addrs(); len(udp) > 0 {
+				fmt.Fprintf(out, "  %-28s %-9s %s (udp+tcp)\n", p.UID(), "dns", udp[0])
+			}
+		}
 	}
 	fmt.Fprintf(out, "  admin      http://%s/config_dump\n", m.AdminAddr())
 	fmt.Fprintf(out, "  metrics    http://%s/metrics\n", m.MetricsAddr())
@@ -288,6 +353,8 @@ func (m *Mesh) banner() {
 		fmt.Fprintf(out, "  demo echo backend on %s\n\nTry:\n", DemoBackendAddr)
 		fmt.Fprintln(out, "  curl --socks5 127.0.0.2:15080 http://127.0.0.3:8080/")
 		fmt.Fprintln(out, "  curl --socks5 127.0.0.2:15080 http://127.10.0.1:80/")
+		fmt.Fprintln(out, "  curl --socks5-hostname 127.0.0.2:15080 http://echo.demo.svc.cluster.local/")
+		fmt.Fprintln(out, "  dig @127.0.0.2 -p 15053 echo.demo.svc.cluster.local   # or echo.demo, echo; +tcp for TCP")
 	}
 }
 

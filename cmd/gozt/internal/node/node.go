@@ -29,10 +29,12 @@ import (
 	"github.com/gozt/gozt/cmd/gozt/internal/envconfig"
 	"github.com/gozt/gozt/cmd/gozt/internal/explain"
 	"github.com/gozt/gozt/cmd/gozt/internal/logscope"
-	"github.com/gozt/gozt/cmd/gozt/internal/runner"
 	"github.com/gozt/gozt/hbone"
+	"github.com/gozt/gozt/internal/runner"
 	"github.com/gozt/gozt/proxy"
 	"github.com/gozt/gozt/proxy/connmgr"
+	"github.com/gozt/gozt/proxy/dns"
+	"github.com/gozt/gozt/proxy/inpod"
 	"github.com/gozt/gozt/proxy/state"
 	"github.com/gozt/gozt/xds"
 )
@@ -59,6 +61,11 @@ type Options struct {
 	OutboundSource netip.Addr
 	Logger         *slog.Logger
 	Levels         *logscope.Levels
+
+	// ResolvConf is the resolv.conf of the DNS proxy's upstream servers and
+	// search list; if empty /etc/resolv.conf, as ztunnel reads its own. A
+	// gozt addition for tests.
+	ResolvConf string
 }
 
 // Node is a running node proxy.
@@ -71,10 +78,13 @@ type Node struct {
 	xds     *xds.Client
 	connmgr *connmgr.Manager
 	metrics *proxy.Metrics
+	dns     *dns.Resolver  // or nil when DNS_CAPTURE is off
+	denials *proxy.Denials // every proxy's recent denials, for the live view
 	// proxy is dedicated mode's one proxy; pods are shared mode's.
 	proxy *proxy.Proxy
 	pods  *pods
 	self  atomic.Pointer[proxy.Proxy] // shared mode's self-proxy, once it listens
+	crl   *certs.CRL                  // CRL_PATH's lists, or nil
 	// findLocal finds the workload this dedicated proxy serves.
 	findLocal func(*state.Snapshot) *state.Workload
 	ready     *admin.Readiness
@@ -99,6 +109,20 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 	n.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		admin.BuildInfo(opts.Env.IstioVersion))
 	n.metrics = proxy.NewMetrics(n.registry)
+	n.dns = newDNSResolver(opts.Env, orDefault(opts.ResolvConf, "/etc/resolv.conf"),
+		dns.NewMetrics(n.registry), n.log) // the metrics exist with DNS off too
+	// The xDS series read 0 before (or without) an xDS stream; the client
+	// reuses them. Shared mode's inpod.Manager registers the workload
+	// manager series itself; dedicated mode has none, so they read 0.
+	if err := xds.RegisterMetrics(n.registry); err != nil {
+		return nil, err
+	}
+	if !shared {
+		if err := inpod.RegisterMetrics(n.registry); err != nil {
+			return nil, err
+		}
+	}
+	n.denials = proxy.NewDenials(0)
 	n.connmgr = connmgr.New(connmgr.Config{Logger: n.log.With("scope", "connmgr")})
 	env := opts.Env
 	n.findLocal = func(s *state.Snapshot) *state.Workload {
@@ -198,7 +222,8 @@ func (n *Node) buildControlPlane() error {
 	if err != nil {
 		return fmt.Errorf("CA_ADDRESS: %w", err)
 	}
-	n.certs = certs.NewManager(certs.ManagerConfig{Issuer: n.ca, Logger: n.log.With("scope", "certs")})
+	n.crl = n.loadCRL()
+	n.certs = certs.NewManager(certs.ManagerConfig{Issuer: n.ca, Logger: n.log.With("scope", "certs"), CRL: n.crl})
 	if env.XDSAddress == "" {
 		n.ready.Unblock(blockState)
 		return nil
@@ -308,6 +333,7 @@ func (n *Node) startSidePorts(ctx context.Context) (err error) {
 		Quit:     func() { n.quitOnce.Do(func() { close(n.quit) }) },
 		Levels:   n.opts.Levels,
 		Handlers: map[string]http.Handler{"/debug/authz": explain.Handler(n.store.Snapshot)},
+		Live:     n.live,
 	}, n.registry, n.ready)
 	return err
 }
@@ -331,6 +357,8 @@ func (n *Node) proxyConfig(find func(*state.Snapshot) *state.Workload) proxy.Con
 		Metrics:      n.metrics,
 		ConnMgr:      n.connmgr,
 		EnableSOCKS5: env.EnableSOCKS5,
+		DNS:          n.dns,
+		DNSAddrs:     env.DNSListenAddrs(),
 		// ztunnel binds SOCKS5 to 127.0.0.1 (inside the pod in shared mode),
 		// never to the network.
 		SOCKS5Addr: netip.AddrFrom4([4]byte{127, 0, 0, 1}),
@@ -340,6 +368,7 @@ func (n *Node) proxyConfig(find func(*state.Snapshot) *state.Workload) proxy.Con
 		PoolMaxStreams:  env.PoolMaxStreams,
 		PoolIdleTimeout: env.PoolIdleTimeout,
 		Spoof:           spoof,
+		IgnoreForwarded: !env.TrustWaypointForwarded,
 		// LOCALHOST_APP_TUNNEL (SPEC §2.7).
 		AppTunnelToPodIP: !env.LocalhostAppTunnel,
 		Mark:             env.PacketMark,
@@ -348,9 +377,34 @@ func (n *Node) proxyConfig(find func(*state.Snapshot) *state.Workload) proxy.Con
 			Interval: env.KeepaliveInterval, Count: env.KeepaliveRetries,
 		},
 		ListConnections: env.ProxyMode == envconfig.ModeShared,
+		Denials:         n.denials,
 		Logger:          n.log.With("scope", "proxy"),
 		AccessLog:       n.log.With("scope", "access"),
 	}
+}
+
+// newDNSResolver returns the DNS proxy's resolver, or nil when DNS_CAPTURE
+// turns it off. Shared mode strips each pod's Kubernetes search domains,
+// dedicated mode resolv.conf's search list (SPEC §10.1). Without a readable
+// resolv.conf mesh names still resolve and other names answer SERVFAIL.
+func newDNSResolver(env envconfig.Config, resolvConf string, m *dns.Metrics, log *slog.Logger) *dns.Resolver {
+	if !env.DNSCapture {
+		return nil
+	}
+	rc, err := dns.ReadResolvConf(resolvConf)
+	if err != nil {
+		log.Warn("dns proxy: no upstream servers; only mesh names will resolve", "error", err)
+	}
+	cfg := dns.Config{
+		ClusterDomain: env.ClusterDomain, PreferredNamespace: env.PreferredServiceNamespace,
+		DisableIPv6: !env.IPv6Enabled, Upstreams: rc.Servers, UpstreamTimeout: rc.Timeout,
+		UpstreamAttempts: rc.Attempts, Metrics: m, Logger: log.With("scope", "dns"),
+	}
+	if env.ProxyMode == envconfig.ModeDedicated {
+		search := rc.Search
+		cfg.SearchDomains = func(*state.Workload) []string { return search }
+	}
+	return dns.NewResolver(cfg)
 }
 
 // startProxy binds dedicated mode's one proxy in gozt's own network
@@ -366,8 +420,11 @@ func (n *Node) startProxy(ctx context.Context) error {
 		}
 	} else {
 		// Tests run several dedicated proxies on loopback IPs; each keeps
-		// its SOCKS5 port on its own IP.
+		// its SOCKS5 and DNS ports on its own IP.
 		cfg.SOCKS5Addr = cfg.BindAddr
+		if len(cfg.DNSAddrs) > 0 {
+			cfg.DNSAddrs = []netip.AddrPort{netip.AddrPortFrom(cfg.BindAddr, cfg.DNSAddrs[0].Port())}
+		}
 	}
 	cfg.OutboundSource = n.opts.OutboundSource
 	p, err := proxy.New(cfg)
@@ -386,6 +443,9 @@ func (n *Node) startProxy(ctx context.Context) error {
 // fail stops the node (Done) and is Shutdown's error.
 func (n *Node) start() {
 	n.run.Go("certs", n.certs.Run)
+	if n.crl != nil {
+		n.run.Go("crl", n.watchCRL)
+	}
 	n.run.Go("connmgr", n.connmgr.Run)
 	if n.xds != nil {
 		n.run.Go("xds", n.xds.Run)

@@ -1,7 +1,7 @@
-// Package runner runs the background loops `gozt proxy` and `gozt local`
-// wire (certificates, connection re-checks, xDS, accept loops, the inpod
-// manager) under one errgroup, so the first failure stops the others and
-// shutdown returns it. Only cmd/gozt imports it.
+// Package runner runs the background loops that `gozt proxy`, `gozt local`
+// and gozt bench's gozt role wire (certificates, connection re-checks, xDS,
+// accept loops, the inpod manager) under one errgroup, so the first failure
+// stops the others and shutdown returns it. cmd/gozt and bench import it.
 package runner
 
 import (
