@@ -1,3 +1,5 @@
+//lint:file-ignore SA1019 x/net's http2.Server (deprecated in favour of net/http) is deliberately the reference HTTP/2 server here.
+
 package hbone
 
 import (

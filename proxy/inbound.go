@@ -113,19 +113,19 @@ func (p *Proxy) acceptConnect(s *hbone.ServerStream) (net.Conn, *connRecord, fun
 	if ierr == nil {
 		up, ierr = p.dialUpstream(req)
 	}
-	if ierr != nil {
-		labels.responseFlags = ierr.flag
-	}
 	accessLog := p.accessLog
 	if req.forwarded.IsValid() {
 		// Only gozt logs it (SPEC §2.5): src.addr stays the peer.
 		accessLog = accessLog.With("src.forwarded", req.forwarded.String())
+		p.cfg.Metrics.forwarded.WithLabelValues(req.srcPrincipal).Inc()
 	}
 	rec := p.cfg.Metrics.openConn(accessLog, labels, true, req.src, req.l3dst, s.Authority())
 	rec.start = start
 	if ierr != nil {
+		// Opened with "-", closed with the failure's flag, as ztunnel
+		// records it (the flag is known only at the end).
 		_ = s.Respond(ierr.status, nil)
-		rec.close(0, 0, ierr)
+		rec.fail(ierr.flag, ierr)
 		return nil, nil, nil
 	}
 	if p.cfg.ListConnections {

@@ -67,6 +67,11 @@ type Metrics struct {
 	// not re-check (SPEC §7.1).
 	crlRejections, crlUntracked *prometheus.CounterVec
 
+	// forwarded counts inbound connections whose upstream source came from
+	// a trusted waypoint's Forwarded for= (gozt only, TRUST_WAYPOINT_FORWARDED),
+	// by the waypoint's principal: the traffic labels keep the real peer.
+	forwarded *prometheus.CounterVec
+
 	mu     sync.RWMutex
 	series map[trafficLabels]*series
 }
@@ -130,9 +135,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		crlUntracked: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "istio_crl_untracked_connections_total", Help: "Connections a CRL change could not re-check (unstable)",
 		}, []string{"reporter"}),
+		forwarded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gozt_inbound_forwarded_source_total",
+			Help: "Inbound connections dialed from the client IP a trusted waypoint's Forwarded header named (gozt only)",
+		}, []string{"source_principal"}),
 		series: make(map[trafficLabels]*series),
 	}
-	reg.MustRegister(m.sockets, m.crlRejections, m.crlUntracked)
+	reg.MustRegister(m.sockets, m.crlRejections, m.crlUntracked, m.forwarded)
 	// Both reporters exist from the start, at 0, so a dashboard shows 0
 	// rather than "No data".
 	for _, r := range []string{"source", "destination"} {

@@ -491,9 +491,8 @@ type trafficKey struct {
 }
 
 // wantTraffic is the exact counters of the mix, summed per trafficKey.
-// Outbound opens are recorded with "-" and the close carries the failure
-// flag, as ztunnel does; inbound opens are summed over flags here (gozt
-// records an inbound open with the flag its close will carry).
+// Opens are recorded with "-" and the close carries the failure flag, as
+// ztunnel does, on both sides.
 func wantTraffic() map[trafficKey]float64 {
 	const opened, closed, failed = "istio_tcp_connections_opened_total", "istio_tcp_connections_closed_total", "istio_tcp_connections_failed_total"
 	const recv, sent = "istio_tcp_received_bytes_total", "istio_tcp_sent_bytes_total"
@@ -502,7 +501,7 @@ func wantTraffic() map[trafficKey]float64 {
 	w := map[trafficKey]float64{
 		{opened, "source", "-", mtls}:            hbone,
 		{opened, "source", "-", plain}:           nPassthrough,
-		{opened, "destination", "*", mtls}:       hbone,
+		{opened, "destination", "-", mtls}:       hbone,
 		{closed, "source", "-", mtls}:            nAllowed,
 		{closed, "source", "CONNECT", mtls}:      nDenied + nFailedDial,
 		{closed, "source", "-", plain}:           nPassthrough,
@@ -539,7 +538,6 @@ func waitTraffic(t *testing.T, tm *testMesh, want map[trafficKey]float64) map[tr
 
 // trafficCounters sums the istio_tcp_* counters per trafficKey, leaving out
 // zero sums (the series seeded at 0, the failed counter of a clean close).
-// Inbound opens are keyed with flags "*".
 func trafficCounters(t *testing.T, mfs map[string]*dto.MetricFamily) map[trafficKey]float64 {
 	t.Helper()
 	got := make(map[trafficKey]float64)
@@ -550,9 +548,6 @@ func trafficCounters(t *testing.T, mfs map[string]*dto.MetricFamily) map[traffic
 		for _, m := range mf.GetMetric() {
 			l := labelMap(m)
 			k := trafficKey{name, l["reporter"], l["response_flags"], l["connection_security_policy"]}
-			if name == "istio_tcp_connections_opened_total" && k.Reporter == "destination" {
-				k.Flags = "*"
-			}
 			got[k] += m.GetCounter().GetValue()
 		}
 	}

@@ -165,6 +165,10 @@ func TestForwardedFromWaypoint(t *testing.T) {
 	if metricValue(metrics, "istio_tcp_connections_opened_total", `reporter="destination"`, `source_principal="`+waypointID.String()+`"`) < 1 {
 		t.Errorf("no destination series with the waypoint as source principal in:\n%s", metrics)
 	}
+	fwdSample := []string{`source_principal="` + waypointID.String() + `"`}
+	if got := metricValue(metrics, "gozt_inbound_forwarded_source_total", fwdSample...); got != 1 {
+		t.Errorf("gozt_inbound_forwarded_source_total for the waypoint = %v, want 1", got)
+	}
 
 	if got := sourceSeen(t, tm, b, ips.Waypoint, waypointID, nil); got != ips.Waypoint {
 		t.Errorf("from the waypoint without Forwarded: backend saw %s, want the waypoint %s", got, ips.Waypoint)
@@ -180,6 +184,10 @@ func TestForwardedFromWaypoint(t *testing.T) {
 	}
 	if strings.Contains(tm.logs.String(), "src.forwarded="+ips.Client) {
 		t.Errorf("an untrusted Forwarded reached the access log:\n%s", tm.logs)
+	}
+	metrics = httpGet(t, "http://"+tm.MetricsAddr().String()+"/metrics")
+	if got := metricValue(metrics, "gozt_inbound_forwarded_source_total", fwdSample...); got != 1 {
+		t.Errorf("after the untrusted headers, gozt_inbound_forwarded_source_total = %v, want still 1", got)
 	}
 }
 
