@@ -1,18 +1,14 @@
 package local
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
-	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
-	"text/template"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
@@ -142,30 +138,7 @@ func startTunnelMesh(t *testing.T) (*testMesh, tunIPs, *tunnelBackend, *tunnelBa
 	proxied := serveTunnelBackend(t, &proxyproto.Listener{Listener: lnProxy, ReadHeaderTimeout: 5 * time.Second})
 	plain := serveTunnelBackend(t, lnNone)
 
-	var buf bytes.Buffer
-	if err := template.Must(template.New("cfg").Parse(tunConfig)).Execute(&buf, ips); err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "mesh.yaml")
-	if err := os.WriteFile(path, buf.Bytes(), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	logs := &logBuffer{}
-	m, err := Start(context.Background(), Options{
-		ConfigPath:    path,
-		AdminAddr:     "127.0.0.1:0",
-		MetricsAddr:   "127.0.0.1:0",
-		ReadinessAddr: "127.0.0.1:0",
-		Logger:        testLogger(t, logs),
-	})
-	if err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		m.Shutdown(ctx)
-	})
+	m, logs := startConfig(t, tunConfig, ips, Options{})
 	return &testMesh{Mesh: m, ips: meshIPs{Client: ips.Client, Server: ips.Proxy}, logs: logs}, ips, proxied, plain
 }
 

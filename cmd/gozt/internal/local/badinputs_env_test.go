@@ -22,7 +22,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"text/template"
 	"time"
 
 	"github.com/gozt/gozt/certs"
@@ -65,34 +64,12 @@ func startBadEnv(t *testing.T) *badEnv {
 		Plain:   fmt.Sprintf("127.87.%d.9", n),
 	}
 	vip := fmt.Sprintf("127.87.%d.10", n)
-	var buf bytes.Buffer
-	tmpl := template.Must(template.New("cfg").Parse(baseConfig))
-	if err := tmpl.Execute(&buf, struct {
+	data := struct {
 		meshIPs
 		VIP string
-	}{ips, vip}); err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	cfgPath := filepath.Join(dir, "mesh.yaml")
-	if err := os.WriteFile(cfgPath, buf.Bytes(), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	logs := &logBuffer{}
-	caDir := filepath.Join(dir, "ca")
-	m, err := Start(context.Background(), Options{
-		ConfigPath: cfgPath, CADir: caDir,
-		AdminAddr: "127.0.0.1:0", MetricsAddr: "127.0.0.1:0", ReadinessAddr: "127.0.0.1:0",
-		Logger: testLogger(t, logs),
-	})
-	if err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		m.Shutdown(ctx)
-	})
+	}{ips, vip}
+	caDir := filepath.Join(t.TempDir(), "ca")
+	m, logs := startConfig(t, baseConfig, data, Options{CADir: caDir})
 	e := &badEnv{
 		tm:     &testMesh{Mesh: m, ips: ips, vip: vip, logs: logs},
 		ext:    fmt.Sprintf("127.87.%d.5", n),

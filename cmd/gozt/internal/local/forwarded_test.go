@@ -1,7 +1,6 @@
 package local
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -9,12 +8,9 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
-	"text/template"
 	"time"
 
 	"github.com/gozt/gozt/certs"
@@ -72,31 +68,7 @@ var waypointID = identity.Identity{TrustDomain: "cluster.local", Namespace: "dem
 func startFwdMesh(t *testing.T, ignore bool) (*testMesh, fwdIPs) {
 	t.Helper()
 	ips := newFwdIPs()
-	var buf bytes.Buffer
-	if err := template.Must(template.New("cfg").Parse(fwdConfig)).Execute(&buf, ips); err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "mesh.yaml")
-	if err := os.WriteFile(path, buf.Bytes(), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	logs := &logBuffer{}
-	m, err := Start(context.Background(), Options{
-		ConfigPath:      path,
-		AdminAddr:       "127.0.0.1:0",
-		MetricsAddr:     "127.0.0.1:0",
-		ReadinessAddr:   "127.0.0.1:0",
-		Logger:          testLogger(t, logs),
-		IgnoreForwarded: ignore,
-	})
-	if err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		m.Shutdown(ctx)
-	})
+	m, logs := startConfig(t, fwdConfig, ips, Options{IgnoreForwarded: ignore})
 	return &testMesh{Mesh: m, ips: meshIPs{Client: ips.Client, Server: ips.Server}, logs: logs}, ips
 }
 

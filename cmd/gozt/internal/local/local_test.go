@@ -137,27 +137,33 @@ func startMeshWith(t testing.TB, extra string) *testMesh {
 	t.Helper()
 	ips := newIPs()
 	vip := strings.Replace(ips.Client, "127.77.", "127.78.", 1)
-	var buf bytes.Buffer
-	tmpl := template.Must(template.New("cfg").Parse(baseConfig))
-	if err := tmpl.Execute(&buf, struct {
+	data := struct {
 		meshIPs
 		VIP string
-	}{ips, vip}); err != nil {
+	}{ips, vip}
+	m, logs := startConfig(t, baseConfig+extra, data, Options{})
+	return &testMesh{Mesh: m, ips: ips, vip: vip, logs: logs}
+}
+
+// startConfig renders the config template tmpl with data into a file and
+// starts a mesh on it with opts (side ports on 127.0.0.1 unless opts names
+// them, logs into the returned buffer), shut down at the test's end.
+func startConfig(t testing.TB, tmpl string, data any, opts Options) (*Mesh, *logBuffer) {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := template.Must(template.New("cfg").Parse(tmpl)).Execute(&buf, data); err != nil {
 		t.Fatal(err)
 	}
+	opts.ConfigPath = filepath.Join(t.TempDir(), "mesh.yaml")
+	if err := os.WriteFile(opts.ConfigPath, buf.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opts.AdminAddr = orDefault(opts.AdminAddr, "127.0.0.1:0")
+	opts.MetricsAddr = orDefault(opts.MetricsAddr, "127.0.0.1:0")
+	opts.ReadinessAddr = orDefault(opts.ReadinessAddr, "127.0.0.1:0")
 	logs := &logBuffer{}
-	buf.WriteString(extra)
-	path := filepath.Join(t.TempDir(), "mesh.yaml")
-	if err := os.WriteFile(path, buf.Bytes(), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	m, err := Start(context.Background(), Options{
-		ConfigPath:    path,
-		AdminAddr:     "127.0.0.1:0",
-		MetricsAddr:   "127.0.0.1:0",
-		ReadinessAddr: "127.0.0.1:0",
-		Logger:        testLogger(t, logs),
-	})
+	opts.Logger = testLogger(t, logs)
+	m, err := Start(context.Background(), opts)
 	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}
@@ -166,7 +172,7 @@ func startMeshWith(t testing.TB, extra string) *testMesh {
 		defer cancel()
 		m.Shutdown(ctx)
 	})
-	return &testMesh{Mesh: m, ips: ips, vip: vip, logs: logs}
+	return m, logs
 }
 
 // testLogger records logs at info level into logs, and through t when
