@@ -92,7 +92,7 @@ func chromiumPath(t *testing.T) string {
 		}
 	}
 	if os.Getenv("GOZT_REQUIRE_ROOT") == "1" {
-		t.Fatal("the live-view browser test needs chromium (make test-deps installs it) and GOZT_REQUIRE_ROOT=1")
+		t.Fatal("FAILING the live-view browser test: no chromium on PATH and GOZT_REQUIRE_ROOT=1 (make test-deps installs it)")
 	}
 	t.Skip("SKIPPING the live-view browser test: no chromium on PATH (make test-deps installs it)")
 	return ""
