@@ -98,7 +98,36 @@ func ListenAdmin(ctx context.Context, addr string, cfg Config) (*Server, error) 
 	for path, h := range cfg.Handlers {
 		mux.Handle(path, h)
 	}
-	return listen(ctx, addr, mux)
+	return listen(ctx, addr, loopbackHostOnly(mux))
+}
+
+// loopbackHostOnly refuses, with 403, a request whose Host is not this
+// host's loopback (localhost, 127.0.0.0/8 or ::1, any port). The admin
+// port listens on loopback only, but a browser on the same host follows a
+// hostile page's DNS rebinding to it: its requests then carry the hostile
+// name in Host, so the page cannot read /config_dump or /debug/live.
+// istioctl (through kubectl port-forward), curl and the live view send a
+// loopback Host. gozt only: ztunnel does not check.
+func loopbackHostOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !loopbackHost(r.Host) {
+			http.Error(w, "admin: the Host header must name this host's loopback (localhost, 127.0.0.1, [::1])", http.StatusForbidden)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+func loopbackHost(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // ListenMetrics binds the Prometheus endpoint (/metrics and

@@ -103,3 +103,53 @@ func TestSidePorts(t *testing.T) {
 		t.Fatal("quit not signalled")
 	}
 }
+
+// TestAdminRefusesForeignHost: a request whose Host is not loopback (what a
+// browser sends after a hostile page's DNS rebinding) gets 403 on every
+// admin path; loopback names and addresses, with or without a port, pass.
+func TestAdminRefusesForeignHost(t *testing.T) {
+	s, err := ListenAdmin(context.Background(), "127.0.0.1:0", Config{
+		ConfigDump: func() any { return map[string]int{"workloads": 0} },
+		Quit:       func() {},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Shutdown(context.Background())
+	url := "http://" + s.Addr().String()
+	for _, tc := range []struct {
+		host string
+		code int
+	}{
+		{"", 200}, // the dialed address
+		{"localhost", 200},
+		{"LOCALHOST:15000", 200},
+		{"127.0.0.1:15000", 200},
+		{"127.1.2.3", 200},
+		{"[::1]:15000", 200},
+		{"evil.example:15000", 403},
+		{"evil.example", 403},
+		{"10.0.0.1:15000", 403},
+		{"localhost.evil.example", 403},
+		{"[::ffff:8.8.8.8]:15000", 403},
+	} {
+		for _, path := range []string{"/config_dump", "/debug/live", "/"} {
+			req, err := http.NewRequest("GET", url+path, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.host != "" {
+				req.Host = tc.host
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if tc.code == 403 && resp.StatusCode != 403 || tc.code == 200 && resp.StatusCode == 403 {
+				t.Errorf("GET %s with Host %q = %d, want %d", path, tc.host, resp.StatusCode, tc.code)
+			}
+		}
+	}
+}
