@@ -38,10 +38,11 @@ var allowed = map[string][]string{
 		"proxy/inpod", "hbone", "rbac", "certs", "certs/identity"},
 	"bench": {"proxy", "proxy/state", "proxy/relay", "proxy/sockopt", "proxy/inpod", "hbone", "rbac",
 		"certs", "certs/identity", "certs/localca", "xds", "xds/xdsserver", "internal/runner"},
-	"tools":           {},
-	"istiod":          {},
-	"internal/nstest": {},
-	"internal/runner": {},
+	"tools":              {},
+	"istiod":             {},
+	"internal/nstest":    {},
+	"internal/runner":    {},
+	"internal/jsonshape": {},
 }
 
 // stdlibOnly packages may import nothing outside the standard library, except
