@@ -78,13 +78,24 @@ type inboundRequest struct {
 // runs inside the handler of the stream's TLS connection (ServeConn returns
 // only after its stream handlers), so it may hand the stream off.
 func (p *Proxy) serveConnect(s *hbone.ServerStream) {
-	up, rec, done := p.acceptConnect(s)
+	up, rec, done := p.acceptContained(s)
 	if up == nil {
 		s.Close()
 		return
 	}
 	p.live.bind(rec, s) // the live view counts the stream's bytes, when the list is kept
-	p.handOff(s, up, func(res relay.Result, err error) { rec.close(res.AToB, res.BToA, done(err)) })
+	p.handOff(s, "inbound", up, func(res relay.Result, err error) { rec.close(res.AToB, res.BToA, done(err)) })
+}
+
+// acceptContained is acceptConnect with a panic contained and counted
+// like a listener handler's: it returns no upstream, so the stream alone is
+// closed (TESTPLAN F26).
+func (p *Proxy) acceptContained(s *hbone.ServerStream) (up net.Conn, rec *connRecord, done func(error) error) {
+	defer p.containPanic(s.Conn(), "inbound")
+	if testHookHandler != nil {
+		testHookHandler("inbound", s.Conn())
+	}
+	return p.acceptConnect(s)
 }
 
 // acceptConnect checks, authorizes and answers one CONNECT and dials its

@@ -72,6 +72,10 @@ type Metrics struct {
 	// by the waypoint's principal: the traffic labels keep the real peer.
 	forwarded *prometheus.CounterVec
 
+	// panics counts connection handlers that panicked and were contained,
+	// by listener (gozt only, TESTPLAN F26).
+	panics *prometheus.CounterVec
+
 	mu     sync.RWMutex
 	series map[trafficLabels]*series
 }
@@ -139,9 +143,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "gozt_inbound_forwarded_source_total",
 			Help: "Inbound connections dialed from the client IP a trusted waypoint's Forwarded header named (gozt only)",
 		}, []string{"source_principal"}),
+		panics: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gozt_connection_handler_panics_total",
+			Help: "Connection handlers that panicked; the panic closed that connection only (gozt only)",
+		}, []string{"listener"}),
 		series: make(map[trafficLabels]*series),
 	}
-	reg.MustRegister(m.sockets, m.crlRejections, m.crlUntracked, m.forwarded)
+	reg.MustRegister(m.sockets, m.crlRejections, m.crlUntracked, m.forwarded, m.panics)
+	for name := range listenerReporter {
+		m.panics.WithLabelValues(name)
+	}
 	// Both reporters exist from the start, at 0, so a dashboard shows 0
 	// rather than "No data".
 	for _, r := range []string{"source", "destination"} {

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -370,7 +371,7 @@ func (p *Proxy) Serve() error {
 	}
 	for name, l := range p.listeners {
 		p.wg.Add(1)
-		go p.acceptLoop(l, handlers[name], p.cfg.Metrics.socketsOpen(listenerReporter[name]))
+		go p.acceptLoop(l, name, handlers[name], p.cfg.Metrics.socketsOpen(listenerReporter[name]))
 	}
 	if p.dns != nil {
 		p.wg.Go(func() {
@@ -390,9 +391,9 @@ var listenerReporter = map[string]string{
 	"outbound": "source", "socks5": "source", "plaintext": "destination", "inbound": "destination",
 }
 
-// acceptLoop accepts connections on l until it is closed; open counts them
-// while they are open.
-func (p *Proxy) acceptLoop(l net.Listener, handle handler, open prometheus.Gauge) {
+// acceptLoop accepts connections on listener name's l until it is closed;
+// open counts them while they are open.
+func (p *Proxy) acceptLoop(l net.Listener, name string, handle handler, open prometheus.Gauge) {
 	defer p.wg.Done()
 	for {
 		c, err := l.Accept()
@@ -413,7 +414,7 @@ func (p *Proxy) acceptLoop(l net.Listener, handle handler, open prometheus.Gauge
 			continue
 		}
 		p.wg.Add(1)
-		go p.runHandler(c, handle)
+		go p.runHandler(c, name, handle)
 	}
 }
 
@@ -425,27 +426,38 @@ type handler func(c net.Conn) (up net.Conn, finish func(relay.Result, error))
 // runHandler runs one connection's handler, then hands the legs it returned
 // off to the relay or ends c. A panic closes that connection and nothing
 // else (TESTPLAN F26).
-func (p *Proxy) runHandler(c net.Conn, handle handler) {
+func (p *Proxy) runHandler(c net.Conn, listener string, handle handler) {
 	defer p.wg.Done()
-	up, finish := p.callHandler(c, handle)
+	up, finish := p.callHandler(c, listener, handle)
 	if up == nil {
 		p.untrack(c)
 		return
 	}
-	p.handOff(c, up, finish)
+	p.handOff(c, listener, up, finish)
 }
 
+// testHookHandler, if non-nil, is called before each accepted connection's
+// handler with its listener's name: a fault-injection point that tests set
+// (export_test.go) to make one connection's handler panic (TESTPLAN F26).
+var testHookHandler func(listener string, c net.Conn)
+
 // callHandler calls handle(c); a panic returns no upstream.
-func (p *Proxy) callHandler(c net.Conn, handle handler) (up net.Conn, finish func(relay.Result, error)) {
-	defer p.containPanic(c)
+func (p *Proxy) callHandler(c net.Conn, listener string, handle handler) (up net.Conn, finish func(relay.Result, error)) {
+	defer p.containPanic(c, listener)
+	if testHookHandler != nil {
+		testHookHandler(listener, c)
+	}
 	return handle(c)
 }
 
 // containPanic, deferred, logs and stops a panic in the handling of the
-// connection from c.
-func (p *Proxy) containPanic(c net.Conn) {
+// connection from c, accepted on listener, and counts it in
+// gozt_connection_handler_panics_total.
+func (p *Proxy) containPanic(c net.Conn, listener string) {
 	if r := recover(); r != nil {
-		p.log.Error("connection handler panicked", "panic", r, "src.addr", c.RemoteAddr())
+		p.cfg.Metrics.panics.WithLabelValues(listener).Inc()
+		p.log.Error("connection handler panicked", "listener", listener, "panic", r,
+			"src.addr", c.RemoteAddr(), "stack", string(debug.Stack()))
 	}
 }
 
@@ -463,7 +475,7 @@ func (p *Proxy) containPanic(c net.Conn) {
 // CONNECT stream through its TLS connection's handler, so that Shutdown is
 // still waiting; handOff adds the relay's own unit and releases it last. A
 // panic in finish is logged and contained like a handler's.
-func (p *Proxy) handOff(down, up net.Conn, finish func(relay.Result, error)) {
+func (p *Proxy) handOff(down net.Conn, listener string, up net.Conn, finish func(relay.Result, error)) {
 	p.wg.Add(1)
 	var request, response *atomic.Int64 // live byte counts, only for a listed connection
 	if p.cfg.ListConnections {
@@ -472,7 +484,7 @@ func (p *Proxy) handOff(down, up net.Conn, finish func(relay.Result, error)) {
 	relay.Start(down, up, request, response, func(res relay.Result, err error) {
 		defer p.wg.Done()
 		defer p.forget(down)
-		defer p.containPanic(down)
+		defer p.containPanic(down, listener)
 		up.Close()
 		down.Close()
 		finish(res, err)
