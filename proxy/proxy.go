@@ -603,8 +603,8 @@ func (p *Proxy) DNS() *dns.Server { return p.dns }
 func (p *Proxy) UID() string { return p.cfg.WorkloadUID }
 
 // watchPolicy registers a live inbound connection with the connection
-// manager. When a policy change denies it, both legs are closed and the
-// connection is recorded with flag DENY. The returned func unregisters and
+// manager. When a policy change denies it, or its workload is removed, both
+// legs are aborted (abortLeg) and the connection is recorded with flag DENY. The returned func unregisters and
 // turns the copy's error into the close reason.
 func (p *Proxy) watchPolicy(info connmgr.Info, rec *connRecord, legs ...net.Conn) func(error) error {
 	if p.cfg.ConnMgr == nil {
@@ -614,7 +614,7 @@ func (p *Proxy) watchPolicy(info connmgr.Info, rec *connRecord, legs ...net.Conn
 	unregister := p.cfg.ConnMgr.Register(info, func(err error) {
 		closed.Store(&err)
 		for _, l := range legs {
-			l.Close()
+			abortLeg(l)
 		}
 	})
 	return func(err error) error {
@@ -626,6 +626,23 @@ func (p *Proxy) watchPolicy(info connmgr.Info, rec *connRecord, legs ...net.Conn
 		}
 		return err
 	}
+}
+
+// abortLeg closes c so that its peer reads a reset, not an orderly end: an
+// HBONE stream is reset with CONNECT_ERROR, which the far proxy turns into a
+// TCP reset (proxy/relay), and a TCP socket is closed with SO_LINGER 0. A
+// connection the connection manager closes, because a policy now denies it
+// or its destination workload is gone, is cut short, and must not look
+// complete to either application (TESTPLAN F20).
+func abortLeg(c net.Conn) {
+	if a, ok := c.(interface{ Abort() error }); ok {
+		_ = a.Abort() // fails only on a stream already closed
+		return
+	}
+	if tcp, ok := c.(*net.TCPConn); ok {
+		_ = tcp.SetLinger(0) // the close below is all that is left either way
+	}
+	_ = c.Close()
 }
 
 // localWorkloadWait is how long a connection waits for xDS to deliver the
