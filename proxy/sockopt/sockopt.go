@@ -49,6 +49,13 @@ type Options struct {
 	// for a listener). Its zero value turns keep-alive off; with Enable,
 	// zero durations and count take Go's defaults.
 	KeepAlive net.KeepAliveConfig
+
+	// UserTimeout, if positive, sets TCP_USER_TIMEOUT (whole milliseconds,
+	// rounded up): how long sent data may stay unacknowledged, and
+	// keep-alive probes unanswered, before the kernel drops the connection
+	// (ztunnel's USER_TIMEOUT_ENABLED). Set on a listener, it is inherited
+	// by the sockets the listener accepts.
+	UserTimeout time.Duration
 }
 
 // dialTimeout bounds a Dialer's connect (SPEC §2.1: ztunnel's 10 s).
@@ -105,5 +112,5 @@ func Dialer(src netip.Addr, o Options) *net.Dialer {
 
 // any reports whether o asks for any option to be set by a Control function.
 func (o Options) any() bool {
-	return o.Transparent || o.RequireTransparent || o.Freebind || o.ReusePort || o.Mark != 0
+	return o.Transparent || o.RequireTransparent || o.Freebind || o.ReusePort || o.Mark != 0 || o.UserTimeout > 0
 }

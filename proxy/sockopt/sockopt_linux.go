@@ -4,10 +4,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/netip"
 	"strconv"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -208,6 +210,12 @@ func setOptionsFD(fd int, v6 bool, o Options) error {
 	if o.Mark != 0 {
 		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_MARK, int(o.Mark)); err != nil {
 			return fmt.Errorf("sockopt: set SO_MARK %#x: %w", o.Mark, err)
+		}
+	}
+	if o.UserTimeout > 0 {
+		ms := (o.UserTimeout + time.Millisecond - 1) / time.Millisecond
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT, int(min(ms, math.MaxInt32))); err != nil {
+			return fmt.Errorf("sockopt: set TCP_USER_TIMEOUT %v: %w", o.UserTimeout, err)
 		}
 	}
 	return nil

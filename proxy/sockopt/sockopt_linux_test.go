@@ -231,3 +231,62 @@ func TestKeepAlive(t *testing.T) {
 		})
 	}
 }
+
+// userTimeoutOf reads a socket's TCP_USER_TIMEOUT in milliseconds.
+func userTimeoutOf(t *testing.T, c *net.TCPConn) int {
+	t.Helper()
+	rc, err := c.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ms int
+	var gerr error
+	if err := rc.Control(func(fd uintptr) {
+		ms, gerr = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT)
+	}); err != nil || gerr != nil {
+		t.Fatal(err, gerr)
+	}
+	return ms
+}
+
+// TestUserTimeout checks that Options.UserTimeout reaches dialed sockets and
+// the sockets a listener accepts (by inheritance from the listener), as
+// ztunnel sets TCP_USER_TIMEOUT on upstream and captured sockets; zero
+// leaves the kernel's default (0, off). ztunnel's USER_TIMEOUT_ENABLED
+// with its keep-alive defaults is 180 s + 9 × 180 s.
+func TestUserTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		ut     time.Duration
+		wantMS int
+	}{
+		{"ztunnel defaults", 180*time.Second + 9*180*time.Second, 1_800_000},
+		{"rounded up", 1500 * time.Microsecond, 2},
+		{"off", 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := sockopt.Options{UserTimeout: tc.ut, KeepAlive: net.KeepAliveConfig{Enable: true}}
+			lc := sockopt.ListenConfig(o)
+			ln, err := lc.Listen(t.Context(), "tcp4", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			c, err := sockopt.Dialer(netip.Addr{}, o).Dial("tcp4", ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			s, err := ln.Accept()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			for side, conn := range map[string]net.Conn{"dialed": c, "accepted": s} {
+				if got := userTimeoutOf(t, conn.(*net.TCPConn)); got != tc.wantMS {
+					t.Errorf("%s: TCP_USER_TIMEOUT = %d ms, want %d", side, got, tc.wantMS)
+				}
+			}
+		})
+	}
+}

@@ -27,7 +27,7 @@ type controlFunc = func(network, address string, c syscall.RawConn) error
 // listenControl fails for every option but a best-effort Transparent.
 func listenControl(o Options) controlFunc {
 	return func(string, string, syscall.RawConn) error {
-		if o.RequireTransparent || o.Freebind || o.ReusePort || o.Mark != 0 {
+		if o.RequireTransparent || o.Freebind || o.ReusePort || o.Mark != 0 || o.UserTimeout > 0 {
 			return errUnsupported
 		}
 		return nil
