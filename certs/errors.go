@@ -39,7 +39,8 @@ var (
 	ErrALPN = errors.New(`certs: ALPN "h2" not negotiated`)
 	// ErrCipherSuite: the peer does not support an AES-GCM TLS 1.3 suite.
 	ErrCipherSuite = errors.New("certs: no AES-GCM cipher suite offered")
-	// ErrVersion: the handshake did not negotiate TLS 1.3.
+	// ErrVersion: the handshake did not negotiate TLS 1.3 (or 1.2 under
+	// Policy.TLS12).
 	ErrVersion = errors.New("certs: TLS 1.3 required")
 	// ErrManagerRunning: Run was called while another Run is active.
 	ErrManagerRunning = errors.New("certs: manager already running")

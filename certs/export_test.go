@@ -1,12 +1,20 @@
 package certs
 
-import "log/slog"
+import (
+	"crypto/tls"
+	"log/slog"
+	"time"
+)
 
 // VerifyClientForTest and VerifyServerForTest are the inbound and outbound
 // peer checks that VerifyConnection runs once per handshake.
 var (
-	VerifyClientForTest = verifyClient
-	VerifyServerForTest = verifyServer
+	VerifyClientForTest = func(c *Cert, cs *tls.ConnectionState, now time.Time) error {
+		return verifyClient(c, Policy{}, cs, now)
+	}
+	VerifyServerForTest = func(c *Cert, want []string, cs *tls.ConnectionState, now time.Time) error {
+		return verifyServer(c, Policy{}, want, cs, now)
+	}
 )
 
 // PollForTest runs one of Watch's polls and reports whether it published a

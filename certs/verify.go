@@ -28,8 +28,8 @@ const maxPeerChainLen = 8
 // (SPIFFE X509-SVID §2), istiod issues exactly one (SPEC §6.2), and with
 // more "who is the client" would be ambiguous, so gozt refuses a client leaf
 // with two (TESTPLAN item 32), as x509svid.Verify does too.
-func verifyClient(c *Cert, cs *tls.ConnectionState, now time.Time) error {
-	if err := checkProtocol(cs); err != nil {
+func verifyClient(c *Cert, p Policy, cs *tls.ConnectionState, now time.Time) error {
+	if err := checkProtocol(cs, p); err != nil {
 		return err
 	}
 	peer := cs.PeerCertificates
@@ -72,8 +72,8 @@ func verifyClient(c *Cert, cs *tls.ConnectionState, now time.Time) error {
 // ztunnel accept: a server leaf with several URI SANs of which one is
 // expected, and a server leaf of a trust domain other than c's (expected
 // identities may name any trust domain; the roots decide).
-func verifyServer(c *Cert, want []string, cs *tls.ConnectionState, now time.Time) error {
-	if err := checkProtocol(cs); err != nil {
+func verifyServer(c *Cert, p Policy, want []string, cs *tls.ConnectionState, now time.Time) error {
+	if err := checkProtocol(cs, p); err != nil {
 		return err
 	}
 	peer := cs.PeerCertificates
@@ -109,11 +109,11 @@ func verifyServer(c *Cert, want []string, cs *tls.ConnectionState, now time.Time
 	return fmt.Errorf("%w: server URI SANs %q, expected one of %q", ErrSANMismatch, sans, want)
 }
 
-// checkProtocol enforces TLS 1.3 and ALPN h2 on a completed negotiation.
-// crypto/tls lets a peer that sends no ALPN extension through with no
-// protocol; HBONE requires h2 (TESTPLAN item 36).
-func checkProtocol(cs *tls.ConnectionState) error {
-	if cs.Version != tls.VersionTLS13 {
+// checkProtocol enforces TLS 1.3 (or 1.2 under p.TLS12) and ALPN h2 on a
+// completed negotiation. crypto/tls lets a peer that sends no ALPN
+// extension through with no protocol; HBONE requires h2 (TESTPLAN item 36).
+func checkProtocol(cs *tls.ConnectionState, p Policy) error {
+	if cs.Version < p.minVersion() {
 		return ErrVersion
 	}
 	if cs.NegotiatedProtocol != alpnH2 {
