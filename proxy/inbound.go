@@ -23,7 +23,7 @@ import (
 // handleInbound terminates mTLS on 15008 and serves HTTP/2 CONNECT streams.
 // Each CONNECT stream is handed off on its own (serveConnect); c never is.
 func (p *Proxy) handleInbound(c net.Conn) (net.Conn, func(relay.Result, error)) {
-	tc := tls.Server(hbone.NewBatchConn(c), certs.ServerConfig(p.serverCert))
+	tc := tls.Server(hbone.NewBatchConn(c), p.cfg.TLS.ServerConfig(p.serverCert))
 	ctx, cancel := context.WithTimeout(p.lifetime, handshakeTimeout)
 	err := tc.HandshakeContext(ctx)
 	cancel()
@@ -103,6 +103,9 @@ func (p *Proxy) acceptContained(s *hbone.ServerStream) (up net.Conn, rec *connRe
 func (p *Proxy) acceptConnect(s *hbone.ServerStream) (net.Conn, *connRecord, func(error) error) {
 	start := time.Now()
 	req, ierr := p.checkConnect(s)
+	if req.decision.Reason != 0 {
+		p.logAuthz(req.decision, req.authz)
+	}
 	snap := req.snap
 	labels := trafficLabels{reporter: "destination", responseFlags: flagNone, securityPolicy: securityMutualTLS}
 	if req.local != nil {
@@ -143,7 +146,7 @@ func (p *Proxy) acceptConnect(s *hbone.ServerStream) (net.Conn, *connRecord, fun
 		p.live.add(rec, ConnJSON{Src: req.src.String(), OriginalDst: s.Authority(), ActualDst: req.upstream.String(), Protocol: "HBONE"})
 	}
 	h := http.Header{}
-	if b := baggage(req.local); b != "" {
+	if b := baggage(req.local); b != "" && !p.cfg.NoResponseBaggage {
 		h.Set(headerBaggage, b)
 	}
 	if err := s.Respond(http.StatusOK, h); err != nil {

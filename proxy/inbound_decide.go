@@ -71,6 +71,7 @@ type connectDecision struct {
 	service   *state.Service  // the service a hostname authority names, or nil
 	upstream  netip.AddrPort  // local pod IP and resolved target port
 	authz     rbac.Conn       // what authorization saw, for live re-checks
+	decision  rbac.Decision   // authorization's verdict on authz; zero if it did not run
 	// forwarded is the client IP the local workload's waypoint forwarded
 	// for, which the upstream dial uses as source instead of the peer's
 	// (SPEC §2.5); zero when the header is absent or not trusted.
@@ -117,7 +118,8 @@ func decideConnect(q *connectQuery) (d connectDecision, _ *inboundError) {
 	// Authorization sees the real peer, never the forwarded client
 	// (SPEC §4.3, TESTPLAN S8).
 	d.authz = rbac.Conn{Src: q.src, Dst: d.upstream, Identity: q.srcID} // step 6
-	if err := authorize(q.snap, q.local, d.authz); err != nil {
+	d.decision = evaluate(q.snap, q.local, d.authz)
+	if err := decisionErr(d.decision); err != nil {
 		return d, &inboundError{http.StatusUnauthorized, flagDeny, err}
 	}
 	return d, nil
@@ -330,7 +332,16 @@ func resolveHostname(snap *state.Snapshot, local *state.Workload, auth authority
 // authorize applies the local workload's L4 policies (SPEC §4) to c. The
 // error names the deciding policy or the reason.
 func authorize(snap *state.Snapshot, local *state.Workload, c rbac.Conn) error {
-	d := rbac.Evaluate(snap, rbac.Target{Namespace: local.Namespace, PolicyRefs: local.AuthorizationPolicies}, c)
+	return decisionErr(evaluate(snap, local, c))
+}
+
+// evaluate decides c against the local workload's L4 policies (SPEC §4).
+func evaluate(snap *state.Snapshot, local *state.Workload, c rbac.Conn) rbac.Decision {
+	return rbac.Evaluate(snap, rbac.Target{Namespace: local.Namespace, PolicyRefs: local.AuthorizationPolicies}, c)
+}
+
+// decisionErr is nil for an allowing d, else an errDenied naming why.
+func decisionErr(d rbac.Decision) error {
 	if d.Allow {
 		return nil
 	}

@@ -161,7 +161,7 @@ func (p *Proxy) dialHBONE(ctx context.Context, key hbone.Key) (*hbone.ClientConn
 	}
 	// BatchConn coalesces the TLS records of one batch of HTTP/2 frames into one
 	// write (DESIGN "Making HBONE fast"); gozt bench showed ~12% less CPU per GB.
-	tc := tls.Client(hbone.NewBatchConn(raw), certs.ClientConfig(cert, strings.Split(key.DstIdentities, ",")))
+	tc := tls.Client(hbone.NewBatchConn(raw), p.cfg.TLS.ClientConfig(cert, strings.Split(key.DstIdentities, ",")))
 	if err := tc.HandshakeContext(ctx); err != nil {
 		raw.Close()
 		p.noteHandshakeError(err, "source")

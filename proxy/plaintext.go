@@ -41,7 +41,9 @@ func (p *Proxy) acceptPlaintext(c net.Conn) (net.Conn, *connRecord, func(error) 
 		labels.setSource(w)
 	}
 	authz := rbac.Conn{Src: src, Dst: dst}
-	err := authorize(snap, local, authz)
+	decision := evaluate(snap, local, authz)
+	p.logAuthz(decision, authz)
+	err := decisionErr(decision)
 	var up net.Conn
 	if err != nil {
 		labels.responseFlags = flagDeny

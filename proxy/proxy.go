@@ -76,6 +76,8 @@ type Config struct {
 	// InboundOnly binds only the inbound HBONE listener (15008): shared
 	// mode's self-proxy, which serves gozt's own identity (SPEC §1.3).
 	InboundOnly bool
+	// DNSOnly binds only the DNS proxy, no TCP listener (ENABLE_PROXY=false).
+	DNSOnly bool
 	// ListConnections keeps the list of open connections that Connections
 	// returns (shared mode's /config_dump workloadState) and, with the
 	// bytes each moved so far, LiveConnections (the admin live view).
@@ -132,6 +134,19 @@ type Config struct {
 	// ztunnel's defaults (DefaultKeepAlive()), Enable false turns it off.
 	// Sockets on 15008 rely on HTTP/2 PINGs instead.
 	KeepAlive *net.KeepAliveConfig
+	// UserTimeout, if positive, is the TCP_USER_TIMEOUT of the same sockets
+	// as KeepAlive (USER_TIMEOUT_ENABLED); zero leaves the kernel's.
+	UserTimeout time.Duration
+	// NoResponseBaggage leaves the baggage header off inbound HBONE
+	// responses (ENABLE_RESPONSE_BAGGAGE=false); by default it describes the
+	// local workload, as ztunnel sends it (SPEC §2.3).
+	NoResponseBaggage bool
+	// TLS is the HBONE TLS policy (TLS12_ENABLED, COMPLIANCE_POLICY); the
+	// zero value is TLS 1.3 only, as ztunnel's default.
+	TLS certs.Policy
+	// AuthzInfoLogging logs each authorization decision at info instead of
+	// debug (AUTHZ_POLICY_INFO_LOGGING).
+	AuthzInfoLogging bool
 	// Logger receives operational logs; AccessLog the per-connection lines.
 	// If nil, logs are discarded.
 	Logger    *slog.Logger
@@ -269,15 +284,18 @@ func (p *Proxy) Listen(ctx context.Context) (err error) {
 	}
 	reuse := p.cfg.ReusePort
 	specs := []spec{
-		{"outbound", OutboundPort, sockopt.Options{Transparent: true, ReusePort: reuse, Mark: p.cfg.Mark, KeepAlive: p.keepAlive()}},
-		{"plaintext", PlaintextPort, sockopt.Options{Transparent: true, ReusePort: reuse, Mark: p.cfg.Mark, KeepAlive: p.keepAlive()}},
+		{"outbound", OutboundPort, sockopt.Options{Transparent: true, ReusePort: reuse, Mark: p.cfg.Mark, KeepAlive: p.keepAlive(), UserTimeout: p.cfg.UserTimeout}},
+		{"plaintext", PlaintextPort, sockopt.Options{Transparent: true, ReusePort: reuse, Mark: p.cfg.Mark, KeepAlive: p.keepAlive(), UserTimeout: p.cfg.UserTimeout}},
 		{"inbound", InboundPort, sockopt.Options{Transparent: true, ReusePort: reuse, Mark: p.cfg.Mark}},
 	}
 	if p.cfg.EnableSOCKS5 {
 		specs = append(specs, spec{"socks5", SOCKS5Port, sockopt.Options{ReusePort: reuse, Mark: p.cfg.Mark}})
 	}
-	if p.cfg.InboundOnly {
+	switch {
+	case p.cfg.InboundOnly:
 		specs = specs[2:3]
+	case p.cfg.DNSOnly:
+		specs = nil
 	}
 	defer func() {
 		if err != nil {
@@ -337,7 +355,7 @@ func (p *Proxy) listen(ctx context.Context, lc net.ListenConfig, addr string) (n
 // whole dial ran in the namespace, 0.91× this way). Once made the socket
 // belongs to that namespace whatever goroutine uses it.
 func (p *Proxy) dial(ctx context.Context, src netip.Addr, addr netip.AddrPort) (net.Conn, error) {
-	d := sockopt.Dialer(src, sockopt.Options{Mark: p.cfg.Mark, KeepAlive: p.keepAlive()})
+	d := sockopt.Dialer(src, sockopt.Options{Mark: p.cfg.Mark, KeepAlive: p.keepAlive(), UserTimeout: p.cfg.UserTimeout})
 	if p.cfg.InNetns == nil {
 		return d.DialContext(ctx, "tcp", addr.String())
 	}

@@ -1,0 +1,80 @@
+package proxy
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gozt/gozt/certs/localca"
+	"github.com/gozt/gozt/proxy/dns"
+	"github.com/gozt/gozt/proxy/state"
+)
+
+// TestDNSOnly: with DNSOnly (ENABLE_PROXY=false) a proxy binds its DNS
+// proxy and none of 15001, 15006, 15008, as ztunnel then runs only the DNS
+// server for a workload; without it all three are bound too.
+func TestDNSOnly(t *testing.T) {
+	const ip = "127.88.252.3"
+	ca, err := localca.New(localca.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		dnsOnly bool
+		want    int // TCP listeners
+	}{
+		{false, 3},
+		{true, 0},
+	} {
+		dnsAddr := netip.AddrPortFrom(netip.MustParseAddr(ip), freeUDPPort(t, ip))
+		p, err := New(Config{
+			WorkloadUID: "c//Pod/ns/server", BindAddr: netip.MustParseAddr(ip), DNSOnly: tc.dnsOnly,
+			Store: state.NewStore(state.Config{}), Certs: issuedCerts{ca}, Metrics: NewMetrics(prometheus.NewRegistry()),
+			DNS:      dns.NewResolver(dns.Config{Metrics: dns.NewMetrics(prometheus.NewRegistry())}),
+			DNSAddrs: []netip.AddrPort{dnsAddr},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Listen(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if got := len(p.Addrs()); got != tc.want {
+			t.Errorf("DNSOnly=%v: %d TCP listeners (%v), want %d", tc.dnsOnly, got, p.Addrs(), tc.want)
+		}
+		for _, port := range []string{"15001", "15006", "15008"} {
+			c, err := net.DialTimeout("tcp", net.JoinHostPort(ip, port), time.Second)
+			if bound := err == nil; bound != !tc.dnsOnly {
+				t.Errorf("DNSOnly=%v: port %s bound = %v", tc.dnsOnly, port, bound)
+			}
+			if c != nil {
+				c.Close()
+			}
+		}
+		if u, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(dnsAddr)); err == nil {
+			u.Close()
+			t.Errorf("DNSOnly=%v: DNS address %v is not bound", tc.dnsOnly, dnsAddr)
+		}
+		served := make(chan error, 1)
+		go func() { served <- p.Serve() }()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		p.Shutdown(ctx)
+		cancel()
+		<-served
+	}
+}
+
+// freeUDPPort returns a UDP port free on ip, and most likely on TCP too.
+func freeUDPPort(t *testing.T, ip string) uint16 {
+	t.Helper()
+	u, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.ParseIP(ip)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.Close()
+	return uint16(u.LocalAddr().(*net.UDPAddr).Port)
+}
