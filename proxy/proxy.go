@@ -205,6 +205,8 @@ type Proxy struct {
 
 	wg sync.WaitGroup // accept loops and connection handlers
 
+	accept acceptGuard // the spare descriptor and accept-failure logging (accept.go)
+
 	live liveConns // open connections, when cfg.ListConnections
 
 	// peers holds the client identity of each inbound HBONE connection
@@ -300,8 +302,10 @@ func (p *Proxy) Listen(ctx context.Context) (err error) {
 	defer func() {
 		if err != nil {
 			p.closeListeners()
+			p.accept.closeSpare()
 		}
 	}()
+	p.accept.reacquire()
 	for _, s := range specs {
 		bind := p.cfg.BindAddr
 		if s.name == "socks5" && p.cfg.SOCKS5Addr.IsValid() {
@@ -423,9 +427,11 @@ func (p *Proxy) acceptLoop(l net.Listener, name string, handle handler, open pro
 			if errors.As(err, &ne) && ne.Timeout() {
 				continue
 			}
-			p.log.Warn("accept failed", "addr", l.Addr(), "error", err)
-			time.Sleep(50 * time.Millisecond) // e.g. EMFILE: back off, do not spin
+			p.acceptFailed(l, name, err) // e.g. EMFILE: shed or back off, never spin
 			continue
+		}
+		if p.accept.spent.Load() {
+			p.accept.reacquire()
 		}
 		if !p.track(c, open) {
 			c.Close()
@@ -572,6 +578,7 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	p.forceClose()
 	<-drained
 	p.wg.Wait()
+	p.accept.closeSpare()
 	return p.pool.Close()
 }
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the system tools the tests use: iproute2, iptables, nftables and
-# curl for the namespaced (tier-3) tests, Prometheus for the dashboard test
-# and Chromium for the live-view test. It does nothing when they are present, and
+# curl for the namespaced (tier-3) tests, util-linux's prlimit for the
+# fd-exhaustion test, Prometheus for the dashboard test and Chromium for the
+# live-view test. It does nothing when they are present, and
 # only prints a note when it is not root (those tests then skip loudly, or
 # fail under GOZT_REQUIRE_ROOT=1).
 set -euo pipefail
@@ -10,6 +11,7 @@ command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v iptables >/dev/null 2>&1 || need+=(iptables)
 command -v nft >/dev/null 2>&1 || need+=(nftables)
 command -v curl >/dev/null 2>&1 || need+=(curl)
+command -v prlimit >/dev/null 2>&1 || need+=(util-linux)
 command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 [ ${#need[@]} -eq 0 ] && exit 0

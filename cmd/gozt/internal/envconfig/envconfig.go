@@ -4,6 +4,7 @@
 package envconfig
 
 import (
+	"crypto/fips140"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -101,10 +102,50 @@ type Config struct {
 	// PreferredServiceNamespace is PREFERED_SERVICE_NAMESPACE (sic): the
 	// namespace whose service answers a hostname several namespaces define.
 	PreferredServiceNamespace string `json:"preferedServiceNamespace"`
+
+	// EnableProxy (ENABLE_PROXY, default true) runs the 15001, 15006 and
+	// 15008 (and SOCKS5) listeners; false leaves each workload only its DNS
+	// proxy, and then the DNS proxy must be on.
+	EnableProxy bool `json:"proxy"`
+	// ResponseBaggage (ENABLE_RESPONSE_BAGGAGE, default true) sends the
+	// local workload's baggage on inbound HBONE responses (SPEC §2.3).
+	ResponseBaggage bool `json:"enableEnhancedBaggage"`
+	// UserTimeoutEnabled (USER_TIMEOUT_ENABLED, default false) sets
+	// TCP_USER_TIMEOUT where keep-alive applies; UserTimeout gives it.
+	UserTimeoutEnabled bool `json:"userTimeoutEnabled"`
+	// AuthzPolicyInfoLogging (AUTHZ_POLICY_INFO_LOGGING, default false)
+	// logs each authorization decision at info instead of debug.
+	AuthzPolicyInfoLogging bool `json:"authzPolicyInfoLogging"`
+	// TLS12Enabled (TLS12_ENABLED, default false) also accepts TLS 1.2 with
+	// ECDHE AES-GCM suites on HBONE.
+	TLS12Enabled bool `json:"tls12Enabled"`
+	// CompliancePolicy is COMPLIANCE_POLICY: "", CompliancePQC or
+	// ComplianceFIPS (the last only when Go's FIPS 140-3 mode is on).
+	CompliancePolicy string `json:"compliancePolicy"`
+	// AdminPort and StatsPort are ProxyConfig's proxyAdminPort and
+	// statsPort (15000 and 15020 if unset).
+	AdminPort uint16 `json:"adminPort"`
+	StatsPort uint16 `json:"statsPort"`
 }
 
-// Load resolves the configuration from environ (os.Environ in production).
+// UserTimeout is the TCP_USER_TIMEOUT ztunnel sets with
+// USER_TIMEOUT_ENABLED: KEEPALIVE_TIME + KEEPALIVE_RETRIES ×
+// KEEPALIVE_INTERVAL (whether or not keep-alive itself is on); 0 when
+// disabled.
+func (c Config) UserTimeout() time.Duration {
+	if !c.UserTimeoutEnabled {
+		return 0
+	}
+	return c.KeepaliveTime + time.Duration(c.KeepaliveRetries)*c.KeepaliveInterval
+}
+
+// Load resolves the configuration from environ (os.Environ in production)
+// and the mesh config file at MeshConfigPath, if there is one.
 func Load(environ []string) (Config, error) {
+	return load(environ, MeshConfigPath)
+}
+
+func load(environ []string, meshPath string) (Config, error) {
 	l := loader{vars: make(map[string]string, len(environ))}
 	for _, kv := range environ {
 		k, v, _ := strings.Cut(kv, "=")
@@ -144,15 +185,22 @@ func Load(environ []string) (Config, error) {
 		KeepaliveInterval: l.duration("KEEPALIVE_INTERVAL", 180*time.Second),
 		KeepaliveRetries:  l.positiveInt("KEEPALIVE_RETRIES", 9),
 	}
+	pc := loadProxyConfig(&l, meshPath)
 	c.Workers = loadWorkers(&l)
+	c.Workers.Concurrency = pc.Concurrency
+	c.AdminPort, c.StatsPort = portOr(pc.ProxyAdminPort, 15000), portOr(pc.StatsPort, 15020)
 	c.TrustWaypointForwarded = l.boolean("TRUST_WAYPOINT_FORWARDED", true)
 	c.LocalhostAppTunnel = l.boolean("LOCALHOST_APP_TUNNEL", true)
-	c.Meta, c.MetaJSON, c.XDSHeaders, c.CAHeaders = prefixed(&l, environ)
+	var envMeta map[string]string
+	envMeta, c.MetaJSON, c.XDSHeaders, c.CAHeaders = prefixed(&l, environ)
+	c.Meta = pc.metadata(envMeta)
 	c.resolveDNS(&l)
-	c.IstioVersion = orDefault(c.Meta["ISTIO_VERSION"], "unknown")
-	c.ClusterID = orDefault(c.Meta["CLUSTER_ID"], l.str("CLUSTER_ID", "Kubernetes"))
+	// ztunnel reads these two from the environment only.
+	c.IstioVersion = orDefault(envMeta["ISTIO_VERSION"], "unknown")
+	c.ClusterID = orDefault(envMeta["CLUSTER_ID"], l.str("CLUSTER_ID", "Kubernetes"))
 	c.resolveMode(&l)
-	c.resolveAddresses(&l)
+	c.resolveAddresses(&l, pc.DiscoveryAddress)
+	c.resolveFeatures(&l)
 	c.resolveToken(&l)
 	c.resolveDrain(&l)
 	c.resolveMark(&l)
@@ -191,19 +239,78 @@ func (c *Config) resolveMode(l *loader) {
 
 // resolveAddresses applies the XDS_ADDRESS / CA_ADDRESS defaults: istiod in
 // Kubernetes, else localhost; https:// prepended when the scheme is missing.
-func (c *Config) resolveAddresses(l *loader) {
+// XDS_ADDRESS falls back on ProxyConfig's discoveryAddress (CA_ADDRESS does
+// not), and an empty one disables xDS.
+//
+// An empty CA_ADDRESS is refused. ztunnel, too, reads it as "no CA" and
+// then, without FAKE_CA, panics at start-up ("ca_address must be set to
+// use CA"); its config deliberately never turns an empty address into the
+// fake CA. gozt says so in one line instead, and has no fake CA to fall
+// back on: every certificate comes from a CA over TLS.
+func (c *Config) resolveAddresses(l *loader, discovery *string) {
 	def := "https://localhost:15012"
 	if l.get("KUBERNETES_SERVICE_HOST") != "" {
 		def = "https://istiod.istio-system.svc:15012"
 	}
-	c.XDSAddress = l.address("XDS_ADDRESS", def)
+	xdsDef := def
+	if discovery != nil {
+		xdsDef = l.addressValue("ProxyConfig discoveryAddress", *discovery)
+	}
+	c.XDSAddress = l.address("XDS_ADDRESS", xdsDef)
 	if v, present := l.vars["XDS_ADDRESS"]; present && v == "" {
 		c.XDSAddress = "" // explicitly empty disables xDS (SPEC §0.3)
 	}
 	c.CAAddress = l.address("CA_ADDRESS", def)
-	if c.CAAddress == "" {
-		l.fail("CA_ADDRESS", "must not be empty: an empty CA address never means an insecure fake CA")
+	if _, present := l.vars["CA_ADDRESS"]; present && l.get("CA_ADDRESS") == "" {
+		l.fail("CA_ADDRESS", "empty: ztunnel has no CA then and gozt refuses to start without one (it has no insecure fake CA)")
 	}
+}
+
+// Compliance policies (COMPLIANCE_POLICY).
+const (
+	// CompliancePQC restricts TLS key exchange to X25519MLKEM768, as
+	// ztunnel's aws-lc build does.
+	CompliancePQC = "pqc"
+	// ComplianceFIPS is Istio's FIPS 140-2 policy. ztunnel gets FIPS from
+	// its boring build, not from the variable; gozt honours it only when Go's
+	// FIPS 140-3 mode is on (GODEBUG=fips140=on or only), which the Go
+	// runtime fixes at process start and no program can switch on later.
+	ComplianceFIPS = "fips-140-2"
+)
+
+// resolveFeatures reads the switches ztunnel reads outside its socket and
+// address settings: ENABLE_PROXY, ENABLE_RESPONSE_BAGGAGE,
+// USER_TIMEOUT_ENABLED, AUTHZ_POLICY_INFO_LOGGING, TLS12_ENABLED and
+// COMPLIANCE_POLICY.
+func (c *Config) resolveFeatures(l *loader) {
+	c.EnableProxy = l.boolean("ENABLE_PROXY", true)
+	c.ResponseBaggage = l.boolean("ENABLE_RESPONSE_BAGGAGE", true)
+	c.UserTimeoutEnabled = l.boolean("USER_TIMEOUT_ENABLED", false)
+	c.AuthzPolicyInfoLogging = l.boolean("AUTHZ_POLICY_INFO_LOGGING", false)
+	c.TLS12Enabled = l.boolean("TLS12_ENABLED", false)
+	if !c.EnableProxy && !c.DNSCapture {
+		l.fail("ENABLE_PROXY", "false with the DNS proxy off (DNS_CAPTURE) leaves nothing to run")
+	}
+	switch c.CompliancePolicy = l.str("COMPLIANCE_POLICY", ""); c.CompliancePolicy {
+	case "", CompliancePQC:
+	case ComplianceFIPS:
+		if !fips140Enabled() {
+			l.fail("COMPLIANCE_POLICY", "%s needs Go's FIPS 140-3 mode, which is fixed at process start: set GODEBUG=fips140=on", ComplianceFIPS)
+		}
+	default:
+		l.fail("COMPLIANCE_POLICY", "must be empty, %s or %s, not %q", CompliancePQC, ComplianceFIPS, c.CompliancePolicy)
+	}
+}
+
+// fips140Enabled reports whether Go's FIPS 140-3 mode is on; a variable so
+// tests can pretend.
+var fips140Enabled = fips140.Enabled
+
+func portOr(p *uint16, def uint16) uint16 {
+	if p == nil || *p == 0 {
+		return def
+	}
+	return *p
 }
 
 func (c *Config) resolveToken(l *loader) {
@@ -434,6 +541,14 @@ func (l *loader) address(name, def string) string {
 	v, ok := l.lookup(name)
 	if !ok {
 		return def
+	}
+	return l.addressValue(name, v)
+}
+
+// addressValue checks v as address does; "" stays "" (disabled).
+func (l *loader) addressValue(name, v string) string {
+	if v == "" {
+		return ""
 	}
 	if !strings.Contains(v, "://") {
 		v = "https://" + v

@@ -14,30 +14,41 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, tc := range map[string]struct{ got, want any }{
-		"mode":        {c.ProxyMode, ModeShared},
-		"xds":         {c.XDSAddress, "https://localhost:15012"},
-		"ca":          {c.CAAddress, "https://localhost:15012"},
-		"cluster":     {c.ClusterID, "Kubernetes"},
-		"ttl":         {c.SecretTTL, 24 * time.Hour},
-		"drain":       {c.DrainDeadline, 5 * time.Second},
-		"mark":        {c.PacketMark, uint32(1337)},
-		"window":      {c.StreamWindow, uint32(4 << 20)},
-		"conn window": {c.ConnWindow, uint32(16 << 20)},
-		"frame":       {c.FrameSize, uint32(1 << 20)},
-		"streams":     {c.PoolMaxStreams, 100},
-		"idle":        {c.PoolIdleTimeout, 5 * time.Minute},
-		"instance":    {c.InstanceIP, "1.1.1.1"},
-		"version":     {c.IstioVersion, "unknown"},
-		"td":          {c.TrustDomain, "cluster.local"},
-		"keepalive":   {c.KeepaliveEnabled, true},
-		"ka time":     {c.KeepaliveTime, 180 * time.Second},
-		"ka interval": {c.KeepaliveInterval, 180 * time.Second},
-		"ka retries":  {c.KeepaliveRetries, 9},
-		"inpod uds":   {c.InpodUDS, "/var/run/ztunnel/ztunnel.sock"},
-		"port reuse":  {c.InpodPortReuse, true},
-		"dns capture": {c.DNSCapture, true},
-		"dns addr":    {c.DNSProxyAddr, "localhost:15053"},
-		"dns listen":  {fmt.Sprint(c.DNSListenAddrs()), "[127.0.0.1:15053 [::1]:15053]"},
+		"mode":               {c.ProxyMode, ModeShared},
+		"xds":                {c.XDSAddress, "https://localhost:15012"},
+		"ca":                 {c.CAAddress, "https://localhost:15012"},
+		"cluster":            {c.ClusterID, "Kubernetes"},
+		"ttl":                {c.SecretTTL, 24 * time.Hour},
+		"drain":              {c.DrainDeadline, 5 * time.Second},
+		"mark":               {c.PacketMark, uint32(1337)},
+		"window":             {c.StreamWindow, uint32(4 << 20)},
+		"conn window":        {c.ConnWindow, uint32(16 << 20)},
+		"frame":              {c.FrameSize, uint32(1 << 20)},
+		"streams":            {c.PoolMaxStreams, 100},
+		"idle":               {c.PoolIdleTimeout, 5 * time.Minute},
+		"instance":           {c.InstanceIP, "1.1.1.1"},
+		"version":            {c.IstioVersion, "unknown"},
+		"td":                 {c.TrustDomain, "cluster.local"},
+		"keepalive":          {c.KeepaliveEnabled, true},
+		"ka time":            {c.KeepaliveTime, 180 * time.Second},
+		"ka interval":        {c.KeepaliveInterval, 180 * time.Second},
+		"ka retries":         {c.KeepaliveRetries, 9},
+		"inpod uds":          {c.InpodUDS, "/var/run/ztunnel/ztunnel.sock"},
+		"port reuse":         {c.InpodPortReuse, true},
+		"dns capture":        {c.DNSCapture, true},
+		"dns addr":           {c.DNSProxyAddr, "localhost:15053"},
+		"dns listen":         {fmt.Sprint(c.DNSListenAddrs()), "[127.0.0.1:15053 [::1]:15053]"},
+		"proxy":              {c.EnableProxy, true},
+		"baggage":            {c.ResponseBaggage, true},
+		"user timeout":       {c.UserTimeoutEnabled, false},
+		"user timeout value": {c.UserTimeout(), time.Duration(0)},
+		"authz info":         {c.AuthzPolicyInfoLogging, false},
+		"tls12":              {c.TLS12Enabled, false},
+		"compliance":         {c.CompliancePolicy, ""},
+		"admin port":         {c.AdminPort, uint16(15000)},
+		"stats port":         {c.StatsPort, uint16(15020)},
+		"concurrency":        {c.Workers.Concurrency == nil, true},
+		"ipv6":               {c.IPv6Enabled, true},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("default %s = %v, want %v", name, tc.got, tc.want)
@@ -134,6 +145,21 @@ func TestBadValues(t *testing.T) {
 		"INPOD_PORT_REUSE=perhaps",
 		"ISTIO_META_DNS_PROXY_ADDR=not-an-address",
 		"ISTIO_META_DNS_PROXY_ADDR=localhost:http",
+		"ENABLE_PROXY=maybe",
+		"ENABLE_PROXY=false", // with DNS_CAPTURE off, below
+		"ENABLE_RESPONSE_BAGGAGE=yes please",
+		"USER_TIMEOUT_ENABLED=on",
+		"AUTHZ_POLICY_INFO_LOGGING=verbose",
+		"TLS12_ENABLED=1.2",
+		"IPV6_ENABLED=dual",
+		"COMPLIANCE_POLICY=fips-140-3",
+		"COMPLIANCE_POLICY=fips-140-2", // Go's FIPS mode is off in tests
+		"CA_ADDRESS=",
+		"CA_ADDRESS=http://istiod:15010",
+		"PROXY_CONFIG={concurrency: [",
+		"PROXY_CONFIG={\"concurrency\": -1}",
+		"PROXY_CONFIG=proxyAdminPort: 70000",
+		"PROXY_CONFIG=discoveryAddress: http://istiod:15010",
 	} {
 		env := []string{kv}
 		name, _, _ := strings.Cut(kv, "=")
@@ -142,6 +168,15 @@ func TestBadValues(t *testing.T) {
 			env = append(env, "PROXY_MODE=dedicated")
 		case "LOCAL_XDS_PATH":
 			env, name = append(env, "LOCAL_XDS=workloads: []"), "LOCAL_XDS"
+		case "PROXY_CONFIG":
+			if strings.Contains(kv, "discoveryAddress") {
+				name = "discoveryAddress"
+			}
+		case "ENABLE_PROXY":
+			env = append(env, "ISTIO_META_DNS_CAPTURE=false")
+		}
+		if fips140Enabled() && kv == "COMPLIANCE_POLICY=fips-140-2" {
+			continue // a test binary run with GODEBUG=fips140=on
 		}
 		_, err := Load(env)
 		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), name+":") || strings.Contains(err.Error(), "\n") {

@@ -15,6 +15,8 @@ type Workers struct {
 	CPULimit   string `json:"resourceCPULimit"` // ZTUNNEL_RESOURCE_CPU_LIMIT, a Kubernetes quantity
 	CPURequest string `json:"resourceCPURequest"`
 	CPUCount   string `json:"cpuLimit"` // ZTUNNEL_CPU_LIMIT
+	// Concurrency is ProxyConfig's concurrency, or nil if unset.
+	Concurrency *uint16 `json:"concurrency,omitempty"`
 }
 
 // loadWorkers reads and checks the worker variables.
@@ -44,11 +46,11 @@ func loadWorkers(l *loader) Workers {
 
 // Count returns the worker thread count for a machine with numCPU logical
 // CPUs: ZTUNNEL_WORKER_THREADS if set (N, N% of the CPU count rounded up, or
-// 0 for all of them); otherwise the CPU limit rounded up and raised to the
-// request, or with no limit max(ceil(25% of the CPU count), request, 2).
-// The CPU count is the resource limit, else ZTUNNEL_CPU_LIMIT, else numCPU.
-// The result is at least 1. (ztunnel also reads ProxyConfig concurrency
-// from the mesh config, which gozt does not have.)
+// 0 for all of them); otherwise ProxyConfig's concurrency if set (0 for all
+// CPUs); otherwise the CPU limit rounded up and raised to the request, or
+// with no limit max(ceil(25% of the CPU count), request, 2). The CPU count
+// is the resource limit, else ZTUNNEL_CPU_LIMIT, else numCPU. The result is
+// at least 1.
 func (w Workers) Count(numCPU int) int {
 	cpus := numCPU
 	limit, hasLimit := cpuQuantity(w.CPULimit)
@@ -66,6 +68,10 @@ func (w Workers) Count(numCPU int) int {
 		n = cpus
 	case ok:
 		n = count
+	case w.Concurrency != nil && *w.Concurrency > 0:
+		n = int(*w.Concurrency)
+	case w.Concurrency != nil:
+		n = cpus
 	case hasLimit:
 		n = max(limit, request)
 	default:

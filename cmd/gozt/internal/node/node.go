@@ -17,6 +17,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -205,7 +206,7 @@ func (n *Node) buildControlPlane() error {
 	if err != nil {
 		return err
 	}
-	caTLS, err := controlPlaneTLS("CA_ROOT_CA", env.CARootCA, env.CAAddress, env.AltCAHostname)
+	caTLS, err := controlPlaneTLS("CA_ROOT_CA", env.CARootCA, env.CAAddress, env.AltCAHostname, tlsPolicy(env))
 	if err != nil {
 		return err
 	}
@@ -228,7 +229,7 @@ func (n *Node) buildControlPlane() error {
 		n.ready.Unblock(blockState)
 		return nil
 	}
-	xdsTLS, err := controlPlaneTLS("XDS_ROOT_CA", env.XDSRootCA, env.XDSAddress, env.AltXDSHostname)
+	xdsTLS, err := controlPlaneTLS("XDS_ROOT_CA", env.XDSRootCA, env.XDSAddress, env.AltXDSHostname, tlsPolicy(env))
 	if err != nil {
 		return err
 	}
@@ -268,7 +269,7 @@ func tokenSource(env envconfig.Config) (func() (string, error), error) {
 
 // controlPlaneTLS builds the TLS config for istiod from a root setting
 // (path, SYSTEM, or inline PEM) and the address's host name.
-func controlPlaneTLS(name, rootSetting, address, alt string) (*tls.Config, error) {
+func controlPlaneTLS(name, rootSetting, address, alt string, policy certs.Policy) (*tls.Config, error) {
 	roots, err := rootSource(name, rootSetting)
 	if err != nil {
 		return nil, err
@@ -277,7 +278,14 @@ func controlPlaneTLS(name, rootSetting, address, alt string) (*tls.Config, error
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	return istioca.TLSConfig(roots, u.Hostname(), alt), nil
+	// ztunnel's control plane takes the same versions and key exchanges as
+	// HBONE (TLS12_ENABLED, COMPLIANCE_POLICY).
+	return policy.Apply(istioca.TLSConfig(roots, u.Hostname(), alt)), nil
+}
+
+// tlsPolicy is the TLS policy of env's TLS12_ENABLED and COMPLIANCE_POLICY.
+func tlsPolicy(env envconfig.Config) certs.Policy {
+	return certs.Policy{TLS12: env.TLS12Enabled, PQC: env.CompliancePolicy == envconfig.CompliancePQC}
 }
 
 // rootSource resolves XDS_ROOT_CA / CA_ROOT_CA (SPEC §0.3): an existing
@@ -303,6 +311,14 @@ func rootSource(name, v string) (func() (*x509.CertPool, error), error) {
 	return func() (*x509.CertPool, error) { return pool, nil }, nil
 }
 
+// portOr is p as a string, or def when p is zero.
+func portOr(p, def uint16) string {
+	if p == 0 {
+		p = def
+	}
+	return strconv.Itoa(int(p))
+}
+
 func truncate(s string) string {
 	if len(s) > 60 {
 		return s[:60] + "..."
@@ -316,8 +332,9 @@ func (n *Node) startSidePorts(ctx context.Context) (err error) {
 		wild = "0.0.0.0"
 	}
 	n.ports, err = admin.ListenAll(ctx, admin.Addrs{
-		Admin:     orDefault(n.opts.AdminAddr, "127.0.0.1:15000"),
-		Metrics:   orDefault(n.opts.MetricsAddr, wild+":15020"),
+		// ProxyConfig's proxyAdminPort and statsPort, as ztunnel (SPEC §0.3).
+		Admin:     orDefault(n.opts.AdminAddr, "127.0.0.1:"+portOr(n.opts.Env.AdminPort, 15000)),
+		Metrics:   orDefault(n.opts.MetricsAddr, wild+":"+portOr(n.opts.Env.StatsPort, 15020)),
 		Readiness: orDefault(n.opts.ReadinessAddr, wild+":15021"),
 	}, admin.Config{
 		ConfigDump: func() any {
@@ -376,10 +393,15 @@ func (n *Node) proxyConfig(find func(*state.Snapshot) *state.Workload) proxy.Con
 			Enable: env.KeepaliveEnabled, Idle: env.KeepaliveTime,
 			Interval: env.KeepaliveInterval, Count: env.KeepaliveRetries,
 		},
-		ListConnections: env.ProxyMode == envconfig.ModeShared,
-		Denials:         n.denials,
-		Logger:          n.log.With("scope", "proxy"),
-		AccessLog:       n.log.With("scope", "access"),
+		TLS:               tlsPolicy(env),
+		UserTimeout:       env.UserTimeout(),
+		NoResponseBaggage: !env.ResponseBaggage,
+		AuthzInfoLogging:  env.AuthzPolicyInfoLogging,
+		DNSOnly:           !env.EnableProxy,
+		ListConnections:   env.ProxyMode == envconfig.ModeShared,
+		Denials:           n.denials,
+		Logger:            n.log.With("scope", "proxy"),
+		AccessLog:         n.log.With("scope", "access"),
 	}
 }
 

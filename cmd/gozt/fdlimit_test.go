@@ -1,0 +1,289 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	xproxy "golang.org/x/net/proxy"
+)
+
+// The fd-exhaustion test runs the built binary's local mesh on 127.86.0.x
+// under prlimit, with a line echo of the test's own as the server
+// workload's application.
+const (
+	fdClientIP = "127.86.0.2"
+	fdServerIP = "127.86.0.3"
+	fdEchoAddr = fdServerIP + ":9000"
+	fdAdmin    = "127.86.0.1"
+	// fdLimit is RLIMIT_NOFILE, soft and hard: gozt raises the soft limit
+	// to the hard one at start (SPEC §0.1), so both are set.
+	fdLimit = 256
+)
+
+var fdConfig = strings.NewReplacer("127.85.0.2", fdClientIP, "127.85.0.3", fdServerIP).Replace(drainConfig)
+
+// fdMesh is one `gozt local` running under prlimit.
+type fdMesh struct {
+	cmd            *exec.Cmd
+	exited         chan error
+	stdout, stderr syncBuf
+}
+
+// syncBuf is a bytes.Buffer a process and the test may use at once.
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuf) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuf) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+func startFDMesh(t *testing.T) *fdMesh {
+	t.Helper()
+	prlimit, err := exec.LookPath("prlimit")
+	if err != nil {
+		t.Fatalf("prlimit (util-linux) not found; make test-deps installs it: %v", err)
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "gozt")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	cfg := filepath.Join(dir, "mesh.yaml")
+	if err := os.WriteFile(cfg, []byte(fdConfig), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m := &fdMesh{exited: make(chan error, 1)}
+	lim := strconv.Itoa(fdLimit)
+	// prlimit execs the command: the process under the limit is m.cmd's.
+	m.cmd = exec.Command(prlimit, "--nofile="+lim+":"+lim, bin, "local", "--config", cfg, "--ca-dir", filepath.Join(dir, "ca"),
+		"--admin-addr", fdAdmin+":15000", "--metrics-addr", fdAdmin+":15020", "--readiness-addr", fdAdmin+":15021")
+	m.cmd.Env = append(os.Environ(), "RUST_LOG=warn")
+	m.cmd.Stdout, m.cmd.Stderr = &m.stdout, &m.stderr
+	m.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := m.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { m.exited <- m.cmd.Wait() }()
+	t.Cleanup(func() {
+		m.cmd.Process.Kill()
+		<-m.exited
+	})
+	ready := "http://" + fdAdmin + ":15021/healthz/ready"
+	for start := time.Now(); ; time.Sleep(50 * time.Millisecond) {
+		if resp, err := http.Get(ready); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		if time.Since(start) > 20*time.Second {
+			t.Fatalf("gozt never became ready\nstderr:\n%s", &m.stderr)
+		}
+	}
+	if got := m.limit(t); got != fdLimit {
+		t.Fatalf("gozt's open-file limit is %d, want %d (prlimit)", got, fdLimit)
+	}
+	return m
+}
+
+// limit reads the process's soft RLIMIT_NOFILE from /proc.
+func (m *fdMesh) limit(t *testing.T) int {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/limits", m.cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 5 && f[0] == "Max" && f[1] == "open" && f[2] == "files" {
+			n, _ := strconv.Atoi(f[3])
+			return n
+		}
+	}
+	t.Fatalf("no open-files line in /proc/%d/limits", m.cmd.Process.Pid)
+	return 0
+}
+
+// fds counts the process's open file descriptors.
+func (m *fdMesh) fds(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", m.cmd.Process.Pid))
+	if err != nil {
+		t.Fatalf("gozt gone? %v\nstderr:\n%s", err, &m.stderr)
+	}
+	return len(ents)
+}
+
+// cpuTicks is the process's user+system CPU time in clock ticks.
+func (m *fdMesh) cpuTicks(t *testing.T) int {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", m.cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Fields after the parenthesised command: state is field 3, utime 14, stime 15.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
+	u, _ := strconv.Atoi(f[11])
+	s, _ := strconv.Atoi(f[12])
+	return u + s
+}
+
+// fdOutcome is what one connection attempt through SOCKS5 saw.
+type fdOutcome struct {
+	c   net.Conn // open and echoing, or nil
+	r   *bufio.Reader
+	err error
+}
+
+// tryEcho connects through SOCKS5 to the echo and exchanges one line,
+// within 5s in all.
+func tryEcho(socks xproxy.Dialer, line string) fdOutcome {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := socks.(xproxy.ContextDialer).DialContext(ctx, "tcp", fdEchoAddr)
+	if err != nil {
+		return fdOutcome{err: err}
+	}
+	r := bufio.NewReader(c)
+	if err := echoLine(c, r, line); err != nil {
+		c.Close()
+		return fdOutcome{err: err}
+	}
+	return fdOutcome{c: c, r: r}
+}
+
+// TestFDExhaustion (TESTPLAN F21): under RLIMIT_NOFILE 256, more
+// connections than fit are attempted at once. Those that fit work; the
+// excess fail without a crash and without a busy accept loop; the process
+// stays up, the connections already open keep flowing, and once they close
+// new connections succeed again.
+func TestFDExhaustion(t *testing.T) {
+	const attempts = 400
+	echoServer := func() {
+		ln, err := net.Listen("tcp", fdEchoAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		t.Cleanup(func() { ln.Close(); wg.Wait() })
+		wg.Go(func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				wg.Go(func() {
+					defer c.Close()
+					io.Copy(c, c)
+				})
+			}
+		})
+	}
+	echoServer()
+	m := startFDMesh(t)
+	base := m.fds(t)
+	socks, err := xproxy.SOCKS5("tcp", fdClientIP+":15080", nil, &net.Dialer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	outcomes := make([]fdOutcome, attempts)
+	var wg sync.WaitGroup
+	for i := range outcomes {
+		wg.Go(func() { outcomes[i] = tryEcho(socks, fmt.Sprintf("conn %d", i)) })
+	}
+	wg.Wait()
+	var open []fdOutcome
+	hung, failed := 0, map[string]int{}
+	for _, o := range outcomes {
+		switch {
+		case o.err == nil:
+			open = append(open, o)
+		case errors.Is(o.err, os.ErrDeadlineExceeded) || errors.Is(o.err, context.DeadlineExceeded):
+			hung++
+		case errors.Is(o.err, syscall.ECONNRESET):
+			failed["reset"]++
+		case errors.Is(o.err, io.EOF) || errors.Is(o.err, io.ErrUnexpectedEOF):
+			failed["EOF"]++
+		default:
+			failed[o.err.Error()]++
+		}
+	}
+	defer func() {
+		for _, o := range open {
+			o.c.Close()
+		}
+	}()
+	t.Logf("%d attempts under a %d-fd limit: %d open, %d timed out, failures %v; gozt fds %d (at start %d)",
+		attempts, fdLimit, len(open), hung, failed, m.fds(t), base)
+	if len(open) == 0 || len(open) == attempts {
+		t.Fatalf("%d of %d connections opened under a %d-fd limit; want some but not all", len(open), attempts, fdLimit)
+	}
+	// Refused cleanly: the excess get an answer (a reset, or a SOCKS5
+	// failure), not a wait in the accept queue until the client gives up.
+	if hung > 0 {
+		t.Errorf("%d of %d connections got no answer within 5s at the fd limit; want them refused", hung, attempts)
+	}
+
+	// Saturated: the accept loops back off instead of spinning on EMFILE.
+	before := m.cpuTicks(t)
+	time.Sleep(2 * time.Second)
+	if used := m.cpuTicks(t) - before; used > 50 { // 0.5 s of CPU at 100 ticks/s
+		t.Errorf("gozt used %d CPU ticks in 2s at the fd limit: a busy loop", used)
+	}
+	for i, o := range open {
+		if err := echoLine(o.c, o.r, fmt.Sprintf("still %d", i)); err != nil {
+			t.Fatalf("open connection %d at the fd limit: %v", i, err)
+		}
+	}
+	select {
+	case err := <-m.exited:
+		t.Fatalf("gozt exited at the fd limit: %v\nstderr:\n%s", err, &m.stderr)
+	default:
+	}
+
+	for _, o := range open {
+		o.c.Close()
+	}
+	open = nil
+	for start := time.Now(); m.fds(t) > base+10; time.Sleep(50 * time.Millisecond) {
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("gozt holds %d fds 10s after every connection closed (%d at start)", m.fds(t), base)
+		}
+	}
+	for i := range 50 {
+		o := tryEcho(socks, fmt.Sprintf("after %d", i))
+		if o.err != nil {
+			t.Fatalf("connection %d after the fds were freed: %v\nstderr:\n%s", i, o.err, &m.stderr)
+		}
+		o.c.Close()
+	}
+	if s := m.stderr.String(); strings.Contains(s, "panic") {
+		t.Errorf("gozt panicked:\n%s", s)
+	}
+	t.Logf("accept-failure log lines: %d", strings.Count(m.stderr.String()+m.stdout.String(), "accept failed"))
+}
