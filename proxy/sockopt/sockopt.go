@@ -4,7 +4,7 @@
 // that accept for and connect from addresses the host does not own
 // (IP_TRANSPARENT, IP_FREEBIND), SO_REUSEPORT for upgrade hand-off and
 // SO_MARK so the redirection rules skip the proxy's own packets (SPEC §1.3,
-// §2.5, §3.1). InNetns runs code inside another network namespace, which is
+// §2.5, §3.1), and TCP keep-alive and TCP_USER_TIMEOUT (SPEC §0.3). InNetns runs code inside another network namespace, which is
 // how in-pod listeners and upstream sockets are made, and DialInNetns dials
 // from inside one without waiting there.
 //
