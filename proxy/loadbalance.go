@@ -62,9 +62,13 @@ func (r *router) pickEndpoint(svc *state.Service, svcPort uint16, src *state.Wor
 }
 
 // candidate reports whether endpoint ep can serve the request and its port.
+// A workload needs an IP or a hostname, resolved at connect time (SPEC
+// §3.3). ztunnel also keeps one with neither on another network with a
+// network gateway; gozt drops it until it reaches such endpoints (double
+// HBONE, errDoubleHBONE).
 func (r *router) candidate(uid string, ep state.Endpoint, svcPort, svcTarget uint16) (*state.Workload, uint16, bool) {
 	w := r.snap.WorkloadByUID(uid)
-	if w == nil || len(w.Addresses) == 0 {
+	if w == nil || (len(w.Addresses) == 0 && w.Hostname == "") {
 		return nil, 0, false
 	}
 	if svcPort == 0 {

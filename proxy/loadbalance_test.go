@@ -54,7 +54,9 @@ func TestLocalityLoadBalancing(t *testing.T) {
 		lbWorkload("farregion", "network", "far", "zone", addr()),
 		lbWorkload("remotezone", "remote", "r1", "z1", addr()),
 		lbWorkload("zoneonly", "x", "elsewhere", "z1", addr()),
+		lbWorkload("dnsonly", "network", "reg", "zone"), // no IP but a hostname: resolved at connect time
 	}
+	ws[len(ws)-1].Hostname = "db.example.com"
 	type svcSpec struct {
 		name  string
 		mode  state.LBMode
@@ -67,6 +69,8 @@ func TestLocalityLoadBalancing(t *testing.T) {
 		{"failover", state.LBFailover, nrz, []string{"match", "almost", "nolocality", "other", "noip"}},
 		{"tie", state.LBFailover, nrz, []string{"farregion", "remotezone"}},
 		{"zone", state.LBFailover, []state.LBScope{state.ScopeZone}, []string{"zoneonly", "almost"}},
+		{"hostname", state.LBStandard, nil, []string{"dnsonly", "noip", "almost"}},
+		{"hostnamefailover", state.LBFailover, nrz, []string{"dnsonly", "almost"}},
 	}
 	// Endpoints come from the workloads' service memberships.
 	for _, w := range ws {
@@ -123,6 +127,10 @@ func TestLocalityLoadBalancing(t *testing.T) {
 		{"same network in another region beats another network in the same zone", "tie", src("network", "r1", "z1"),
 			[]string{"farregion"}},
 		{"ZONE compares the zone alone", "zone", src("network", "r9", "z1"), []string{"zoneonly"}},
+		{"a hostname endpoint is a candidate, one with neither IP nor hostname is not", "hostname",
+			src("network", "reg", "zone"), []string{"almost", "dnsonly"}},
+		{"a hostname endpoint ranks by locality like any other", "hostnamefailover",
+			src("network", "reg", "zone"), []string{"dnsonly"}},
 	} {
 		got := candidatesOf(t, snap, svcs[tc.svc], tc.src)
 		if diff := cmp.Diff(tc.want, got); diff != "" {

@@ -62,6 +62,9 @@ type Metrics struct {
 	sent     *prometheus.CounterVec
 	sockets  *prometheus.GaugeVec
 
+	// onDemandDNS counts lookups of endpoint hostnames (SPEC §7.1).
+	onDemandDNS *prometheus.CounterVec
+
 	// crlRejections counts handshakes refused and tunnels closed because a
 	// CRL revoked the peer; crlUntracked counts tunnels a CRL change could
 	// not re-check (SPEC §7.1).
@@ -125,6 +128,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		return c
 	}
 	m := &Metrics{
+		onDemandDNS: newOnDemandDNS(reg),
+
 		opened:   counter("istio_tcp_connections_opened_total", "The total number of TCP connections opened"),
 		closed:   counter("istio_tcp_connections_closed_total", "The total number of TCP connections closed"),
 		failed:   counter("istio_tcp_connections_failed_total", "The total number of TCP connections that failed to establish (unstable)"),

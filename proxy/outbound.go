@@ -72,6 +72,9 @@ func (p *Proxy) openOutbound(down net.Conn, dst netip.AddrPort) (net.Conn, *conn
 	}
 	r := router{snap: snap, network: p.cfg.Network}
 	rt, err := r.decide(src, downAddr.Addr(), dst)
+	if err == nil && rt.hostname != "" {
+		rt, err = p.resolveRoute(&r, src, rt)
+	}
 	if err != nil {
 		p.connFailed(downAddr, dst, "outbound", err)
 		return nil, nil

@@ -108,6 +108,9 @@ type Config struct {
 	// proxy, and SOCKS5 refuses domain targets.
 	DNS      *dns.Resolver
 	DNSAddrs []netip.AddrPort
+	// Hosts resolves, at connect time, the hostname of an endpoint that has
+	// no IPs (SPEC §3.3). If nil, connections to such endpoints fail.
+	Hosts HostResolver
 	// HBONE holds the HTTP/2 settings; zero fields take ztunnel's defaults.
 	HBONE hbone.Config
 	// PoolMaxStreams caps streams per pooled HBONE connection; if zero 100.

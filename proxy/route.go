@@ -46,6 +46,29 @@ type route struct {
 	workload  *state.Workload
 	service   *state.Service // the service the original destination addressed, or nil
 	waypoint  bool           // the connection goes through a waypoint
+
+	// port is the target port (a waypoint's HBONE port for a waypoint).
+	port uint16
+	// hostname, if not empty, is the hostname of the chosen workload, which
+	// has no usable IP: dial (and authority) are set by setIP once it is
+	// resolved at connect time, to an address of prefer's family if it has
+	// one (SPEC §3.3, on-demand DNS).
+	hostname string
+	prefer   netip.Addr
+}
+
+// setIP completes the route to the workload's address ip.
+func (rt *route) setIP(ip netip.Addr) {
+	switch {
+	case rt.waypoint:
+		rt.dial = netip.AddrPortFrom(ip, rt.port)
+	case rt.kind == routeHBONE:
+		rt.dial = netip.AddrPortFrom(ip, HBONEPort)
+		rt.authority = netip.AddrPortFrom(ip, rt.port).String()
+	default:
+		rt.dial = netip.AddrPortFrom(ip, rt.port)
+	}
+	rt.hostname = ""
 }
 
 // HBONEPort is the inbound HBONE port every mesh workload listens on.
@@ -85,7 +108,7 @@ func (r *router) decide(src *state.Workload, downstream netip.Addr, dst netip.Ad
 		if !ok {
 			return route{}, fmt.Errorf("%w for %s", errNoHealthyUpstream, svc.Hostname)
 		}
-		return r.direct(ep, r.selectIP(ep, ip), port, svc)
+		return r.direct(ep, r.selectIP(ep, ip, svc.IPFamilies), ip, port, svc)
 	}
 	if w == nil {
 		return route{kind: routePassthrough, dial: dst}, nil
@@ -93,34 +116,45 @@ func (r *router) decide(src *state.Workload, downstream netip.Addr, dst netip.Ad
 	if w.Waypoint != nil && !isFromWaypoint(r.snap, r.network, src, downstream, w.Waypoint) {
 		return r.viaWaypoint(w.Waypoint, dst, nil)
 	}
-	return r.direct(w, ip, dst.Port(), nil)
+	return r.direct(w, ip, ip, dst.Port(), nil)
 }
 
-// direct routes straight to workload w at ip:port.
-func (r *router) direct(w *state.Workload, ip netip.Addr, port uint16, svc *state.Service) (route, error) {
+// direct routes straight to workload w at ip:port; an invalid ip means w
+// has no usable IP, and its hostname is resolved at connect time preferring
+// orig's family.
+func (r *router) direct(w *state.Workload, ip, orig netip.Addr, port uint16, svc *state.Service) (route, error) {
 	if w.Network != r.network {
 		return route{}, errDoubleHBONE
 	}
-	if !ip.IsValid() {
-		return route{}, fmt.Errorf("%w: workload %s has no usable address", errNoHealthyUpstream, w.UID)
+	rt := route{kind: routeTCP, workload: w, service: svc, port: port}
+	if w.Protocol == state.TunnelHBONE {
+		rt.kind = routeHBONE
+		rt.sans = expectedSANs(w, svc)
 	}
-	rt := route{workload: w, service: svc}
-	if w.Protocol != state.TunnelHBONE {
-		rt.kind = routeTCP
-		rt.dial = netip.AddrPortFrom(ip, port)
-		return rt, nil
+	if err := rt.setIPOrHostname(ip, orig); err != nil {
+		return route{}, err
 	}
-	rt.kind = routeHBONE
-	rt.dial = netip.AddrPortFrom(ip, HBONEPort)
-	rt.authority = netip.AddrPortFrom(ip, port).String()
-	rt.sans = expectedSANs(w, svc)
 	return rt, nil
+}
+
+// setIPOrHostname completes the route to ip, or, when ip is invalid, leaves
+// it to be resolved from the workload's hostname (SPEC §3.3).
+func (rt *route) setIPOrHostname(ip, orig netip.Addr) error {
+	switch {
+	case ip.IsValid():
+		rt.setIP(ip)
+	case rt.workload.Hostname != "":
+		rt.hostname, rt.prefer = rt.workload.Hostname, orig
+	default:
+		return fmt.Errorf("%w: workload %s has no usable address", errNoHealthyUpstream, rt.workload.UID)
+	}
+	return nil
 }
 
 // viaWaypoint routes to a waypoint; the authority stays the original
 // destination (SPEC §3.2 steps 2 and 6).
 func (r *router) viaWaypoint(gw *state.GatewayAddress, dst netip.AddrPort, svc *state.Service) (route, error) {
-	wp, wpSvc, ip, err := r.resolveGateway(gw, dst.Addr())
+	wp, wpSvc, ip, orig, err := r.resolveGateway(gw, dst.Addr())
 	if err != nil {
 		return route{}, err
 	}
@@ -131,42 +165,47 @@ func (r *router) viaWaypoint(gw *state.GatewayAddress, dst netip.AddrPort, svc *
 	if port == 0 {
 		port = HBONEPort
 	}
-	return route{
+	rt := route{
 		kind:      routeHBONE,
-		dial:      netip.AddrPortFrom(ip, port),
 		authority: dst.String(),
 		sans:      expectedSANs(wp, wpSvc),
 		workload:  wp,
 		service:   svc,
 		waypoint:  true,
-	}, nil
+		port:      port,
+	}
+	if err := rt.setIPOrHostname(ip, orig); err != nil {
+		return route{}, err
+	}
+	return rt, nil
 }
 
 // resolveGateway finds the workload behind a waypoint or gateway address
-// (SPEC §3.5) and the IP to dial.
-func (r *router) resolveGateway(gw *state.GatewayAddress, orig netip.Addr) (*state.Workload, *state.Service, netip.Addr, error) {
+// (SPEC §3.5) and the IP to dial, or an invalid IP when the workload has
+// only a hostname, with the address whose family a resolved IP should share.
+func (r *router) resolveGateway(gw *state.GatewayAddress, dst netip.Addr) (w *state.Workload, svc *state.Service, ip, orig netip.Addr, err error) {
 	switch {
 	case gw.Address != nil:
-		ip := gw.Address.Address.Unmap()
-		if w := r.snap.WorkloadByIP(gw.Address.Network, ip); w != nil {
-			return w, nil, ip, nil
+		addr := gw.Address.Address.Unmap()
+		if w := r.snap.WorkloadByIP(gw.Address.Network, addr); w != nil {
+			return w, nil, addr, addr, nil
 		}
-		if svc := r.snap.ServiceByVIP(gw.Address.Network, ip, ""); svc != nil {
+		if svc := r.snap.ServiceByVIP(gw.Address.Network, addr, ""); svc != nil {
 			if w, _, ok := r.pickEndpoint(svc, 0, nil); ok {
 				// The address as given picks the family, as ztunnel's
 				// fetch_waypoint does: an IPv4 waypoint VIP is reached
 				// over IPv4 even for an IPv6 destination.
-				return w, svc, r.selectIP(w, ip), nil
+				return w, svc, r.selectIP(w, addr, svc.IPFamilies), addr, nil
 			}
 		}
 	case gw.Hostname != nil:
 		if svc := r.snap.ServiceByKey(gw.Hostname.Namespace + "/" + gw.Hostname.Hostname); svc != nil {
 			if w, _, ok := r.pickEndpoint(svc, 0, nil); ok {
-				return w, svc, r.selectIP(w, orig), nil
+				return w, svc, r.selectIP(w, dst, svc.IPFamilies), dst, nil
 			}
 		}
 	}
-	return nil, nil, netip.Addr{}, errUnknownWaypoint
+	return nil, nil, netip.Addr{}, netip.Addr{}, errUnknownWaypoint
 }
 
 // pickWaypoint chooses the service's waypoint: weighted by weight when
@@ -218,13 +257,22 @@ func expectedSANs(w *state.Workload, svc *state.Service) []string {
 	return sans
 }
 
-// selectIP picks which of w's addresses to dial: the original destination if
-// it is one of them, else one of the same family, else the first.
-func (r *router) selectIP(w *state.Workload, orig netip.Addr) netip.Addr {
-	var sameFamily netip.Addr
+// selectIP picks which of w's addresses to dial (ztunnel's
+// pick_workload_destination_or_resolve): the original destination if it is
+// one of them, else, among those the service's ip_families allow, the first
+// of orig's family, else the first. It returns an invalid address when none
+// fits, for the hostname (if any) to be resolved.
+func (r *router) selectIP(w *state.Workload, orig netip.Addr, fam state.IPFamilies) netip.Addr {
+	var first, sameFamily netip.Addr
 	for _, a := range w.Addresses {
 		if a == orig {
 			return a
+		}
+		if (fam == state.FamiliesIPv4Only && !a.Is4()) || (fam == state.FamiliesIPv6Only && a.Is4()) {
+			continue
+		}
+		if !first.IsValid() {
+			first = a
 		}
 		if !sameFamily.IsValid() && a.Is4() == orig.Is4() {
 			sameFamily = a
@@ -233,8 +281,38 @@ func (r *router) selectIP(w *state.Workload, orig netip.Addr) netip.Addr {
 	if sameFamily.IsValid() {
 		return sameFamily
 	}
-	if len(w.Addresses) > 0 {
-		return w.Addresses[0]
+	return first
+}
+
+// pickResolved picks one of a hostname's resolved addresses at random,
+// among those of orig's family if there are any, as ztunnel's
+// resolve_on_demand_dns does (SPEC §3.3); the service's ip_families do not
+// apply to resolved addresses there either. It returns an invalid address
+// for an empty list.
+func (r *router) pickResolved(addrs []netip.Addr, orig netip.Addr) netip.Addr {
+	same := 0
+	for _, a := range addrs {
+		if a.Unmap().Is4() == orig.Is4() {
+			same++
+		}
 	}
-	return netip.Addr{}
+	wantSame, n := same > 0, same
+	if !wantSame {
+		n = len(addrs)
+	}
+	if n == 0 {
+		return netip.Addr{}
+	}
+	k := r.randN(uint64(n))
+	for _, a := range addrs {
+		a = a.Unmap()
+		if wantSame && a.Is4() != orig.Is4() {
+			continue
+		}
+		if k == 0 {
+			return a
+		}
+		k--
+	}
+	return netip.Addr{} // unreachable
 }

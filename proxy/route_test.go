@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -209,5 +210,175 @@ func TestWaypointByVIPAddressFamily(t *testing.T) {
 	}
 	if rt.dial.String() != "10.0.0.10:15008" || rt.authority != "[fd00::2]:8080" || !rt.waypoint {
 		t.Errorf("route = dial %s authority %s waypoint %v; want 10.0.0.10:15008, [fd00::2]:8080, via the waypoint", rt.dial, rt.authority, rt.waypoint)
+	}
+}
+
+// newHostnameStore is a mesh with ServiceEntry-style endpoints: "ext"
+// (plain TCP) and "exthbone" (HBONE) have a hostname and no IPs;
+// "v4andhost" has an IPv4 address and a hostname, behind an IPv6-only
+// service; "v4only" has the IPv4 address alone, behind the same kind of
+// service; "wpdns" is a waypoint reached by hostname only.
+func newHostnameStore(t *testing.T) *state.Snapshot {
+	t.Helper()
+	st := state.NewStore(state.Config{})
+	var errs []error
+	st.Update(func(b *state.Batch) {
+		add := func(err error) { errs = append(errs, err) }
+		add(b.InsertWorkload(&state.Workload{UID: "se/ext", Name: "ext", Namespace: "ns", Hostname: "api.example.com",
+			Services: map[string]state.PortMap{"ns/ext.example.com": {443: 8443}}}))
+		add(b.InsertService(&state.Service{Name: "ext", Namespace: "ns", Hostname: "ext.example.com",
+			VIPs:  []state.NetworkAddress{{Address: ip("10.96.5.1")}, {Address: ip("fd00:96::5")}},
+			Ports: state.PortMap{443: 8443}}))
+		add(b.InsertWorkload(&state.Workload{UID: "se/exthbone", Name: "exthbone", Namespace: "ns", ServiceAccount: "e",
+			Hostname: "mesh.example.com", Protocol: state.TunnelHBONE,
+			Services: map[string]state.PortMap{"ns/exthbone.example.com": {80: 8080}}}))
+		add(b.InsertService(&state.Service{Name: "exthbone", Namespace: "ns", Hostname: "exthbone.example.com",
+			VIPs: []state.NetworkAddress{{Address: ip("10.96.5.2")}}, Ports: state.PortMap{80: 8080}}))
+		add(b.InsertWorkload(&state.Workload{UID: "se/v4andhost", Name: "v4andhost", Namespace: "ns",
+			Addresses: []netip.Addr{ip("10.0.5.1")}, Hostname: "both.example.com",
+			Services: map[string]state.PortMap{"ns/v6only.example.com": {80: 80}}}))
+		add(b.InsertService(&state.Service{Name: "v6only", Namespace: "ns", Hostname: "v6only.example.com",
+			VIPs: []state.NetworkAddress{{Address: ip("10.96.5.3")}}, Ports: state.PortMap{80: 80},
+			IPFamilies: state.FamiliesIPv6Only}))
+		add(b.InsertWorkload(&state.Workload{UID: "se/v4only", Name: "v4only", Namespace: "ns",
+			Addresses: []netip.Addr{ip("10.0.5.2")}, Services: map[string]state.PortMap{"ns/v6only2.example.com": {80: 80}}}))
+		add(b.InsertService(&state.Service{Name: "v6only2", Namespace: "ns", Hostname: "v6only2.example.com",
+			VIPs: []state.NetworkAddress{{Address: ip("10.96.5.4")}}, Ports: state.PortMap{80: 80},
+			IPFamilies: state.FamiliesIPv6Only}))
+		add(b.InsertWorkload(&state.Workload{UID: "se/wpdns", Name: "wpdns", Namespace: "ns", ServiceAccount: "wp",
+			Hostname: "waypoint.example.com", Protocol: state.TunnelHBONE,
+			Services: map[string]state.PortMap{"ns/wpdns.ns.svc.cluster.local": {15008: 15008}}}))
+		add(b.InsertService(&state.Service{Name: "wpdns", Namespace: "ns", Hostname: "wpdns.ns.svc.cluster.local",
+			Ports: state.PortMap{15008: 15008}}))
+		add(b.InsertService(&state.Service{Name: "behind", Namespace: "ns", Hostname: "behind.example.com",
+			VIPs: []state.NetworkAddress{{Address: ip("10.96.5.5")}}, Ports: state.PortMap{80: 80},
+			Waypoint: &state.GatewayAddress{Hostname: &state.NamespacedHostname{Namespace: "ns", Hostname: "wpdns.ns.svc.cluster.local"},
+				HBONEMTLSPort: 15008}}))
+	})
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return st.Snapshot()
+}
+
+// TestDecideHostnameEndpoint: an endpoint with a hostname and no usable IP
+// leaves the route to be resolved (SPEC §3.3): decide names the hostname
+// and the family to prefer, and the resolved address completes dial and
+// authority as an IP endpoint's would.
+func TestDecideHostnameEndpoint(t *testing.T) {
+	snap := newHostnameStore(t)
+	client := &state.Workload{Namespace: "ns", Name: "client"}
+	type want struct {
+		Kind, Hostname, Prefer string
+		Dial, Authority        string // after setIP(resolved)
+		Waypoint               bool
+	}
+	for _, tc := range []struct {
+		name     string
+		dst      string
+		resolved string
+		want     want
+		wantErr  error
+	}{
+		{name: "TCP endpoint by IPv4 VIP", dst: "10.96.5.1:443", resolved: "192.0.2.10", want: want{
+			Kind: "TCP", Hostname: "api.example.com", Prefer: "10.96.5.1", Dial: "192.0.2.10:8443"}},
+		{name: "TCP endpoint by IPv6 VIP", dst: "[fd00:96::5]:443", resolved: "2001:db8::10", want: want{
+			Kind: "TCP", Hostname: "api.example.com", Prefer: "fd00:96::5", Dial: "[2001:db8::10]:8443"}},
+		{name: "HBONE endpoint", dst: "10.96.5.2:80", resolved: "192.0.2.11", want: want{
+			Kind: "HBONE", Hostname: "mesh.example.com", Prefer: "10.96.5.2", Dial: "192.0.2.11:15008", Authority: "192.0.2.11:8080"}},
+		{name: "no IP of the service's family: the hostname is resolved", dst: "10.96.5.3:80", resolved: "2001:db8::12", want: want{
+			Kind: "TCP", Hostname: "both.example.com", Prefer: "10.96.5.3", Dial: "[2001:db8::12]:80"}},
+		{name: "no IP of the service's family and no hostname", dst: "10.96.5.4:80", wantErr: errNoHealthyUpstream},
+		{name: "waypoint with a hostname only", dst: "10.96.5.5:80", resolved: "192.0.2.13", want: want{
+			Kind: "HBONE", Hostname: "waypoint.example.com", Prefer: "10.96.5.5", Dial: "192.0.2.13:15008",
+			Authority: "10.96.5.5:80", Waypoint: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := router{snap: snap}
+			rt, err := r.decide(client, ip("10.0.0.1"), netip.MustParseAddrPort(tc.dst))
+			if tc.wantErr != nil {
+				if !errors.Is(err, tc.wantErr) {
+					t.Fatalf("decide(%s) = %+v, %v; want error %v", tc.dst, rt, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("decide(%s): %v", tc.dst, err)
+			}
+			if rt.dial.IsValid() {
+				t.Errorf("decide(%s) dial = %v before resolution, want none", tc.dst, rt.dial)
+			}
+			got := want{Kind: rt.kind.String(), Hostname: rt.hostname, Prefer: rt.prefer.String(), Waypoint: rt.waypoint}
+			rt.setIP(ip(tc.resolved))
+			got.Dial, got.Authority = rt.dial.String(), rt.authority
+			if rt.hostname != "" {
+				t.Errorf("setIP left hostname %q", rt.hostname)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("decide(%s) then setIP(%s) (-want +got):\n%s", tc.dst, tc.resolved, diff)
+			}
+		})
+	}
+}
+
+// TestPickResolved: a resolved address of the original destination's
+// family is preferred, at random among them; another family only when the
+// answer has no other (ztunnel's resolve_on_demand_dns).
+func TestPickResolved(t *testing.T) {
+	v4a, v4b, v6a, v6b := ip("192.0.2.1"), ip("192.0.2.2"), ip("2001:db8::1"), ip("2001:db8::2")
+	for _, tc := range []struct {
+		name  string
+		addrs []netip.Addr
+		orig  netip.Addr
+		want  []string // every address drawn over 200 picks, sorted
+	}{
+		{"IPv4 client, dual-stack answer", []netip.Addr{v6a, v4a, v6b, v4b}, ip("10.96.0.1"), []string{"192.0.2.1", "192.0.2.2"}},
+		{"IPv6 client, dual-stack answer", []netip.Addr{v4a, v6a, v4b, v6b}, ip("fd00::1"), []string{"2001:db8::1", "2001:db8::2"}},
+		{"IPv4 client, IPv6-only answer", []netip.Addr{v6a, v6b}, ip("10.96.0.1"), []string{"2001:db8::1", "2001:db8::2"}},
+		{"IPv6 client, IPv4-only answer", []netip.Addr{v4a}, ip("fd00::1"), []string{"192.0.2.1"}},
+		{"mapped IPv4 counts as IPv4", []netip.Addr{ip("::ffff:192.0.2.3"), v6a}, ip("10.96.0.1"), []string{"192.0.2.3"}},
+		{"empty answer", nil, ip("10.96.0.1"), []string{}},
+	} {
+		r := router{rand: rand.New(rand.NewPCG(3, 4)).Uint64N}
+		seen := map[string]bool{}
+		for range 200 {
+			if a := r.pickResolved(tc.addrs, tc.orig); a.IsValid() {
+				seen[a.String()] = true
+			}
+		}
+		got := []string{}
+		for a := range seen {
+			got = append(got, a)
+		}
+		slices.Sort(got)
+		if diff := cmp.Diff(tc.want, got); diff != "" {
+			t.Errorf("%s: pickResolved picks (-want +got):\n%s", tc.name, diff)
+		}
+	}
+}
+
+// TestSelectIPFamilies: the service's ip_families filter the endpoint's
+// addresses before the same-family preference; the original destination
+// wins if it is one of them.
+func TestSelectIPFamilies(t *testing.T) {
+	w := &state.Workload{Addresses: []netip.Addr{ip("10.0.0.5"), ip("fd00::5")}}
+	for _, tc := range []struct {
+		orig string
+		fam  state.IPFamilies
+		want string
+	}{
+		{"10.96.0.1", state.FamiliesAutomatic, "10.0.0.5"},
+		{"fd00:96::1", state.FamiliesAutomatic, "fd00::5"},
+		{"10.96.0.1", state.FamiliesIPv6Only, "fd00::5"},
+		{"fd00:96::1", state.FamiliesIPv4Only, "10.0.0.5"},
+		{"10.96.0.1", state.FamiliesDual, "10.0.0.5"},
+		{"fd00::5", state.FamiliesIPv4Only, "fd00::5"},
+	} {
+		var r router
+		if got := r.selectIP(w, ip(tc.orig), tc.fam); got.String() != tc.want {
+			t.Errorf("selectIP(%s, %v) = %v, want %s", tc.orig, tc.fam, got, tc.want)
+		}
 	}
 }

@@ -218,6 +218,11 @@ func load(environ []string, meshPath string) (Config, error) {
 	if l.boolean("FAKE_CA", false) {
 		l.fail("FAKE_CA", "gozt has no insecure fake CA; certificates always come from CA_ADDRESS")
 	}
+	// istiod answers on-demand (non-wildcard delta) Address subscriptions,
+	// but gozt's xDS client subscribes by wildcard only (SPEC §5.3).
+	if l.boolean("XDS_ON_DEMAND", false) {
+		l.fail("XDS_ON_DEMAND", "on-demand xDS is not supported yet")
+	}
 	return c, l.err
 }
 

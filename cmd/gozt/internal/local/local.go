@@ -65,6 +65,10 @@ type Options struct {
 	Levels *logscope.Levels
 	// Out receives the start-up banner; nil means none.
 	Out io.Writer
+	// ResolvConf is the resolv.conf of the DNS proxy's upstream servers and
+	// of the resolution of hostname endpoints; if empty /etc/resolv.conf.
+	// A test seam, as node.Options.ResolvConf.
+	ResolvConf string
 }
 
 // Mesh is a running local mesh.
@@ -200,6 +204,7 @@ func (m *Mesh) startProxies(ctx context.Context) error {
 	metrics := proxy.NewMetrics(m.registry)
 	access := m.log.With("scope", "access")
 	resolver := m.newDNSResolver()
+	hosts := m.newHostResolver()
 	for _, w := range m.store.Snapshot().Workloads() {
 		ip, ok := localIP(w)
 		if !ok {
@@ -217,6 +222,7 @@ func (m *Mesh) startProxies(ctx context.Context) error {
 			EnableSOCKS5:   true,
 			DNS:            resolver,
 			DNSAddrs:       []netip.AddrPort{netip.AddrPortFrom(ip, dns.Port)},
+			Hosts:          hosts,
 			Logger:         m.log.With("scope", "proxy"),
 			AccessLog:      access,
 
@@ -239,15 +245,26 @@ func (m *Mesh) startProxies(ctx context.Context) error {
 	return nil
 }
 
-// resolvConf is where local mode finds the upstream DNS servers.
+// resolvConf is where local mode finds the upstream DNS servers, unless
+// Options.ResolvConf names another file.
 const resolvConf = "/etc/resolv.conf"
+
+// newHostResolver returns the resolver of endpoints that have a hostname and
+// no IPs (SPEC §3.3), from the same resolv.conf.
+func (m *Mesh) newHostResolver() *dns.HostResolver {
+	cfg, err := dns.ReadHostConfig(orDefault(m.opts.ResolvConf, resolvConf))
+	if err != nil {
+		m.log.Warn("on-demand dns: no upstream servers; hostname endpoints will not resolve", "error", err)
+	}
+	return dns.NewHostResolver(cfg)
+}
 
 // newDNSResolver returns the resolver of every workload's DNS proxy (each
 // on its IP, port 15053): mesh names from the local config with the
 // Kubernetes search domains of the workload's namespace, other names from
 // this host's resolv.conf servers (none if it cannot be read).
 func (m *Mesh) newDNSResolver() *dns.Resolver {
-	rc, err := dns.ReadResolvConf(resolvConf)
+	rc, err := dns.ReadResolvConf(orDefault(m.opts.ResolvConf, resolvConf))
 	if err != nil {
 		m.log.Warn("dns proxy: no upstream servers; only mesh names will resolve", "error", err)
 	}

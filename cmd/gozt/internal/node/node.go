@@ -81,6 +81,8 @@ type Node struct {
 	metrics *proxy.Metrics
 	dns     *dns.Resolver  // or nil when DNS_CAPTURE is off
 	denials *proxy.Denials // every proxy's recent denials, for the live view
+	// hosts resolves the hostnames of endpoints without IPs (SPEC §3.3).
+	hosts *dns.HostResolver
 	// proxy is dedicated mode's one proxy; pods are shared mode's.
 	proxy *proxy.Proxy
 	pods  *pods
@@ -112,6 +114,7 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 	n.metrics = proxy.NewMetrics(n.registry)
 	n.dns = newDNSResolver(opts.Env, orDefault(opts.ResolvConf, "/etc/resolv.conf"),
 		dns.NewMetrics(n.registry), n.log) // the metrics exist with DNS off too
+	n.hosts = newHostResolver(opts.Env, orDefault(opts.ResolvConf, "/etc/resolv.conf"), n.log)
 	// The xDS series read 0 before (or without) an xDS stream; the client
 	// reuses them. Shared mode's inpod.Manager registers the workload
 	// manager series itself; dedicated mode has none, so they read 0.
@@ -376,6 +379,7 @@ func (n *Node) proxyConfig(find func(*state.Snapshot) *state.Workload) proxy.Con
 		EnableSOCKS5: env.EnableSOCKS5,
 		DNS:          n.dns,
 		DNSAddrs:     env.DNSListenAddrs(),
+		Hosts:        n.hosts,
 		// ztunnel binds SOCKS5 to 127.0.0.1 (inside the pod in shared mode),
 		// never to the network.
 		SOCKS5Addr: netip.AddrFrom4([4]byte{127, 0, 0, 1}),

@@ -1,0 +1,116 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gozt/gozt/proxy/dns"
+	"github.com/gozt/gozt/proxy/state"
+)
+
+// This file resolves, at connect time, the hostname of an endpoint that has
+// no IPs (a ServiceEntry with DNS resolution, SPEC §3.3): ztunnel's
+// resolve_workload_address.
+
+// HostResolver resolves host names for workloads that have a hostname and
+// no IPs. *dns.HostResolver is the production one.
+type HostResolver interface {
+	// LookupHost returns host's addresses, IPv4 and IPv6; an error means
+	// none were found.
+	LookupHost(ctx context.Context, host string) ([]netip.Addr, error)
+}
+
+var _ HostResolver = (*dns.HostResolver)(nil)
+
+// The two ways on-demand resolution fails a connection, with ztunnel's
+// messages (its NoResolvedAddresses and EmptyResolvedAddresses errors).
+var (
+	errNoResolvedAddresses    = errors.New("no ip addresses were resolved for workload")
+	errEmptyResolvedAddresses = errors.New("valid dns response had no A/AAAA records for workload")
+	errNoHostResolver         = errors.New("no resolver for hostname endpoints")
+)
+
+// resolveRoute completes rt, whose workload has only a hostname: the
+// lookup is counted in istio_on_demand_dns_total (whether or not the answer
+// was cached, as ztunnel counts it), and an address of rt.prefer's family
+// is picked when there is one. A failed lookup is logged as ztunnel logs it
+// ("dns lookup failed") and fails the connection before it is recorded.
+func (p *Proxy) resolveRoute(r *router, src *state.Workload, rt route) (route, error) {
+	p.cfg.Metrics.countOnDemandDNS(src, rt.hostname)
+	if p.cfg.Hosts == nil {
+		return route{}, fmt.Errorf("%w: %s: %w", errNoResolvedAddresses, rt.workload.UID, errNoHostResolver)
+	}
+	addrs, err := p.cfg.Hosts.LookupHost(p.lifetime, rt.hostname)
+	if err != nil {
+		p.log.Warn("dns lookup failed", "hostname", rt.hostname, "error", err)
+		return route{}, fmt.Errorf("%w: %s", errNoResolvedAddresses, rt.workload.UID)
+	}
+	ip := r.pickResolved(addrs, rt.prefer)
+	if !ip.IsValid() {
+		return route{}, fmt.Errorf("%w: %s", errEmptyResolvedAddresses, rt.workload.UID)
+	}
+	rt.setIP(ip)
+	return rt, nil
+}
+
+// onDemandDNSLabelNames are the labels of istio_on_demand_dns_total, in
+// ztunnel's order (SPEC §7.1): the source workload and the hostname.
+var onDemandDNSLabelNames = []string{
+	"source_workload", "source_canonical_service", "source_canonical_revision",
+	"source_workload_namespace", "source_principal", "source_app", "source_version", "source_cluster",
+	"hostname",
+}
+
+// onDemandDNSLabels are the label values of one on-demand lookup (STYLE 40).
+type onDemandDNSLabels struct {
+	srcWorkload, srcCanonicalService, srcCanonicalRevision, srcNamespace string
+	srcPrincipal, srcApp, srcVersion, srcCluster                         string
+	hostname                                                             string
+}
+
+func (l *onDemandDNSLabels) values() []string {
+	v := []string{
+		l.srcWorkload, l.srcCanonicalService, l.srcCanonicalRevision, l.srcNamespace,
+		l.srcPrincipal, l.srcApp, l.srcVersion, l.srcCluster, l.hostname,
+	}
+	for i := range v {
+		v[i] = orUnknown(v[i])
+	}
+	return v
+}
+
+// newOnDemandDNS registers istio_on_demand_dns_total with reg. Its series
+// with every label empty exists from the start at 0, for the reason
+// seedEmptySeries gives; no lookup lands in it (values maps empty to
+// "unknown").
+func newOnDemandDNS(reg prometheus.Registerer) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "istio_on_demand_dns_total",
+		Help: "The total number of requests that used on-demand DNS (unstable)",
+	}, onDemandDNSLabelNames)
+	reg.MustRegister(c)
+	c.WithLabelValues(make([]string, len(onDemandDNSLabelNames))...)
+	return c
+}
+
+// countOnDemandDNS counts one on-demand lookup of hostname for src: the
+// source labels as ztunnel's OnDemandDnsLabels takes them (the principal
+// is src's own identity; the workload name as the traffic metrics take it).
+func (m *Metrics) countOnDemandDNS(src *state.Workload, hostname string) {
+	l := onDemandDNSLabels{
+		srcWorkload:          workloadName(src),
+		srcCanonicalService:  src.CanonicalName,
+		srcCanonicalRevision: src.CanonicalRevision,
+		srcNamespace:         src.Namespace,
+		srcPrincipal:         principal(src.Identity()),
+		srcApp:               src.CanonicalName,
+		srcVersion:           src.CanonicalRevision,
+		srcCluster:           src.ClusterID,
+		hostname:             hostname,
+	}
+	m.onDemandDNS.WithLabelValues(l.values()...).Inc()
+}
