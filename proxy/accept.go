@@ -15,20 +15,24 @@ import (
 //
 // Out of file descriptors (EMFILE, ENFILE) the connection stays in the
 // kernel's accept queue, where its client waits, its handshake complete,
-// for an answer that may never come. So each Proxy keeps one spare
-// descriptor: at EMFILE it gives the spare up, accepts one queued
-// connection with it and resets it at once (SO_LINGER 0), then takes the
-// spare back. The client reads a reset instead of hanging, and the loop
-// sheds the queue as fast as clients fill it, not faster: an Accept that
-// finds nothing queued waits at most shedWait. Without a spare (another
-// goroutine took the freed descriptor first) and on any other error, the
-// loop backs off for acceptBackoff so that it never spins.
+// for an answer that may never come. A short exhaustion (a burst whose
+// failing upstream dials give their descriptors back at once) passes: the
+// loop backs off for acceptBackoff and tries again, shedAfter times. If
+// the descriptors are still gone then, the loop sheds: each Proxy keeps
+// one spare descriptor, which it gives up to accept one queued connection
+// and reset it at once (SO_LINGER 0), then takes back. The client reads a
+// reset instead of hanging, and the loop sheds the queue as fast as
+// clients fill it, not faster: an Accept that finds nothing queued waits
+// at most shedWait. Without a spare (another goroutine took the freed
+// descriptor first) and on any other error, the loop backs off, so that
+// it never spins. The first successful Accept ends the shedding.
 //
 // Failures are logged at most once per acceptLogEvery per listener, with
 // the number of connections shed and failures not logged since the last
 // line.
 const (
 	acceptBackoff  = 50 * time.Millisecond
+	shedAfter      = 4 // backoffs, about 200 ms of exhaustion, before shedding
 	shedWait       = 50 * time.Millisecond
 	acceptLogEvery = time.Second
 )
@@ -87,9 +91,10 @@ func isFDExhausted(err error) bool {
 	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE)
 }
 
-// acceptFailed handles a failed Accept on listener name's l (see above).
-func (p *Proxy) acceptFailed(l net.Listener, name string, err error) {
-	shed := isFDExhausted(err) && p.shedOne(l)
+// acceptFailed handles a failed Accept on listener name's l, the
+// failures-th in a row (see above).
+func (p *Proxy) acceptFailed(l net.Listener, name string, err error, failures int) {
+	shed := isFDExhausted(err) && failures > shedAfter && p.shedOne(l)
 	g := &p.accept
 	g.mu.Lock()
 	if g.lastLog == nil {

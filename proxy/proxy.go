@@ -420,6 +420,7 @@ var listenerReporter = map[string]string{
 // open counts them while they are open.
 func (p *Proxy) acceptLoop(l net.Listener, name string, handle handler, open prometheus.Gauge) {
 	defer p.wg.Done()
+	failures := 0 // consecutive failed Accepts
 	for {
 		c, err := l.Accept()
 		if err != nil {
@@ -430,9 +431,11 @@ func (p *Proxy) acceptLoop(l net.Listener, name string, handle handler, open pro
 			if errors.As(err, &ne) && ne.Timeout() {
 				continue
 			}
-			p.acceptFailed(l, name, err) // e.g. EMFILE: shed or back off, never spin
+			failures++
+			p.acceptFailed(l, name, err, failures) // e.g. EMFILE: back off or shed, never spin
 			continue
 		}
+		failures = 0
 		if p.accept.spent.Load() {
 			p.accept.reacquire()
 		}
