@@ -3,26 +3,19 @@ package proxy
 import (
 	"bufio"
 	"context"
-	"crypto/tls"
 	"errors"
 	"io"
 	"net"
 	"net/http"
-	"net/netip"
 	"runtime"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
-	"github.com/gozt/gozt/certs"
-	"github.com/gozt/gozt/certs/identity"
-	"github.com/gozt/gozt/certs/localca"
 	"github.com/gozt/gozt/hbone"
 	"github.com/gozt/gozt/internal/nstest"
 	"github.com/gozt/gozt/proxy/sockopt"
-	"github.com/gozt/gozt/proxy/state"
 )
 
 // TestDestinationUnreachable (TESTPLAN F25): an inbound CONNECT to a port
@@ -62,53 +55,9 @@ func TestDestinationUnreachable(t *testing.T) {
 	}()
 	defer func() { echoLn.Close(); <-echoDone }()
 
-	ca, err := localca.New(localca.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := identity.Identity{TrustDomain: "cluster.local", Namespace: "ns", ServiceAccount: "server"}
-	store := state.NewStore(state.Config{})
-	store.Update(func(b *state.Batch) {
-		err = b.InsertWorkload(&state.Workload{UID: "c//Pod/ns/server", Name: "server", Namespace: "ns", ServiceAccount: "server",
-			TrustDomain: "cluster.local", Addresses: []netip.Addr{netip.MustParseAddr(ip)}, Protocol: state.TunnelHBONE})
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := New(Config{
-		WorkloadUID: "c//Pod/ns/server", BindAddr: netip.MustParseAddr(ip), InboundOnly: true, InNetns: inNetns,
-		Store: store, Certs: issuedCerts{ca}, Metrics: NewMetrics(prometheus.NewRegistry()),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Listen(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- p.Serve() }()
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-		defer cancel()
-		p.Shutdown(ctx)
-		<-served
-	}()
-
-	cert, err := ca.Issue(context.Background(), identity.Identity{TrustDomain: "cluster.local", Namespace: "ns", ServiceAccount: "client"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var raw net.Conn
-	if err := inNetns(func() (err error) { raw, err = net.Dial("tcp", ip+":15008"); return err }); err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cc, err := hbone.NewClientConn(ctx, tls.Client(raw, certs.ClientConfig(cert, []string{id.String()})), hbone.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
+	cc, p := startInboundInNetns(t, ctx, ip, inNetns)
 	sibling, err := cc.Connect(ctx, ip+":8080", nil)
 	if err != nil {
 		t.Fatalf("CONNECT to the open port: %v", err)
