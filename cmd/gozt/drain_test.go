@@ -2,17 +2,13 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -52,52 +48,14 @@ workloads:
 `
 
 // drainMesh is one running `gozt local` process.
-type drainMesh struct {
-	cmd            *exec.Cmd
-	exited         chan error
-	stdout, stderr bytes.Buffer
-	caDir          string
-}
+type drainMesh struct{ *localProc }
 
-// startDrainMesh builds the binary and starts it with deadline as
-// CONNECTION_TERMINATION_DEADLINE, then waits for readiness.
+// startDrainMesh starts `gozt local` on drainConfig with deadline as
+// CONNECTION_TERMINATION_DEADLINE.
 func startDrainMesh(t *testing.T, deadline time.Duration) *drainMesh {
 	t.Helper()
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "gozt")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	cfg := filepath.Join(dir, "mesh.yaml")
-	if err := os.WriteFile(cfg, []byte(drainConfig), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	m := &drainMesh{exited: make(chan error, 1), caDir: filepath.Join(dir, "ca")}
-	m.cmd = exec.Command(bin, "local", "--config", cfg, "--ca-dir", m.caDir,
-		"--admin-addr", drainAdmin+":15000", "--metrics-addr", drainAdmin+":15020", "--readiness-addr", drainAdmin+":15021")
-	m.cmd.Env = append(os.Environ(), "CONNECTION_TERMINATION_DEADLINE="+deadline.String(), "RUST_LOG=warn")
-	m.cmd.Stdout, m.cmd.Stderr = &m.stdout, &m.stderr
-	m.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := m.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { m.exited <- m.cmd.Wait() }()
-	t.Cleanup(func() {
-		m.cmd.Process.Kill()
-		<-m.exited
-	})
-	ready := "http://" + drainAdmin + ":15021/healthz/ready"
-	for start := time.Now(); ; time.Sleep(50 * time.Millisecond) {
-		if resp, err := http.Get(ready); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return m
-			}
-		}
-		if time.Since(start) > 20*time.Second {
-			t.Fatalf("gozt never became ready\nstderr:\n%s", &m.stderr)
-		}
-	}
+	return &drainMesh{startLocal(t, drainConfig, drainAdmin,
+		[]string{"CONNECTION_TERMINATION_DEADLINE=" + deadline.String(), "RUST_LOG=warn"})}
 }
 
 // echoServer echoes each connection line by line until it ends.

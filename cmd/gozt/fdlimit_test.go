@@ -8,10 +8,8 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -38,29 +36,7 @@ const (
 var fdConfig = strings.NewReplacer("127.85.0.2", fdClientIP, "127.85.0.3", fdServerIP).Replace(drainConfig)
 
 // fdMesh is one `gozt local` running under prlimit.
-type fdMesh struct {
-	cmd            *exec.Cmd
-	exited         chan error
-	stdout, stderr syncBuf
-}
-
-// syncBuf is a bytes.Buffer a process and the test may use at once.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuf) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuf) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
+type fdMesh struct{ *localProc }
 
 func startFDMesh(t *testing.T) *fdMesh {
 	t.Helper()
@@ -68,43 +44,9 @@ func startFDMesh(t *testing.T) *fdMesh {
 	if err != nil {
 		t.Fatalf("prlimit (util-linux) not found; make test-deps installs it: %v", err)
 	}
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "gozt")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	cfg := filepath.Join(dir, "mesh.yaml")
-	if err := os.WriteFile(cfg, []byte(fdConfig), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	m := &fdMesh{exited: make(chan error, 1)}
 	lim := strconv.Itoa(fdLimit)
 	// prlimit execs the command: the process under the limit is m.cmd's.
-	m.cmd = exec.Command(prlimit, "--nofile="+lim+":"+lim, bin, "local", "--config", cfg, "--ca-dir", filepath.Join(dir, "ca"),
-		"--admin-addr", fdAdmin+":15000", "--metrics-addr", fdAdmin+":15020", "--readiness-addr", fdAdmin+":15021")
-	m.cmd.Env = append(os.Environ(), "RUST_LOG=warn")
-	m.cmd.Stdout, m.cmd.Stderr = &m.stdout, &m.stderr
-	m.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := m.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { m.exited <- m.cmd.Wait() }()
-	t.Cleanup(func() {
-		m.cmd.Process.Kill()
-		<-m.exited
-	})
-	ready := "http://" + fdAdmin + ":15021/healthz/ready"
-	for start := time.Now(); ; time.Sleep(50 * time.Millisecond) {
-		if resp, err := http.Get(ready); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				break
-			}
-		}
-		if time.Since(start) > 20*time.Second {
-			t.Fatalf("gozt never became ready\nstderr:\n%s", &m.stderr)
-		}
-	}
+	m := &fdMesh{startLocal(t, fdConfig, fdAdmin, []string{"RUST_LOG=warn"}, prlimit, "--nofile="+lim+":"+lim)}
 	if got := m.limit(t); got != fdLimit {
 		t.Fatalf("gozt's open-file limit is %d, want %d (prlimit)", got, fdLimit)
 	}
