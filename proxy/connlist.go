@@ -19,7 +19,7 @@ type ConnJSON struct {
 	// ActualDst is where the proxy sent it: the local workload inbound, the
 	// HBONE peer or the passthrough target outbound.
 	ActualDst string `json:"actualDst"`
-	Protocol  string `json:"protocol"` // TCP or HBONE
+	Protocol  string `json:"protocol"` // TCP, HBONE or DOUBLEHBONE
 }
 
 // LiveConn is one open connection in the admin live view: ConnJSON's

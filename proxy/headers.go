@@ -17,6 +17,9 @@ const (
 	headerBaggage     = "baggage"
 	headerForwarded   = "forwarded"
 	headerTraceparent = "traceparent"
+	// headerForwardedNetwork is the source's network, sent only on the
+	// inner CONNECT of double HBONE (SPEC §2.3, §2.6).
+	headerForwardedNetwork = "x-forwarded-network"
 )
 
 // baggage describes w for the peer's telemetry (SPEC §2.3): only non-empty

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"strings"
 	"syscall"
 	"time"
 
@@ -112,8 +113,10 @@ func (p *Proxy) acceptConnect(s *hbone.ServerStream) (net.Conn, *connRecord, fun
 		labels.setDestination(req.local)
 	}
 	labels.srcPrincipal = req.srcPrincipal
-	if src := snap.WorkloadByIP(p.cfg.Network, req.src.Addr()); src != nil {
-		labels.setSource(src)
+	if !fromGateway(s.Header().Values(headerForwardedNetwork), p.cfg.Network) {
+		if src := snap.WorkloadByIP(p.cfg.Network, req.src.Addr()); src != nil {
+			labels.setSource(src)
+		}
 	}
 	if req.service == nil && req.local != nil {
 		var first string
@@ -164,6 +167,15 @@ func (p *Proxy) acceptConnect(s *hbone.ServerStream) (net.Conn, *connRecord, fun
 	}
 	done := p.watchPolicy(connmgr.Info{WorkloadUID: req.local.UID, Conn: req.authz, Inbound: connmgr.InboundHBONE, Checked: req.snap}, rec, s, up)
 	return up, rec, done
+}
+
+// fromGateway reports whether a CONNECT with x-forwarded-network values
+// came through an east-west gateway from another network than local (SPEC
+// §2.4, ztunnel's from_gateway: the first value differs, ignoring case): its
+// peer address is then the gateway's, and the source workload is not looked
+// up by it.
+func fromGateway(values []string, local string) bool {
+	return len(values) > 0 && !strings.EqualFold(values[0], local)
 }
 
 // checkConnect decides one CONNECT (SPEC §2.4 steps 1–6, decideConnect)

@@ -62,13 +62,16 @@ func (r *router) pickEndpoint(svc *state.Service, svcPort uint16, src *state.Wor
 }
 
 // candidate reports whether endpoint ep can serve the request and its port.
-// A workload needs an IP or a hostname, resolved at connect time (SPEC
-// §3.3). ztunnel also keeps one with neither on another network with a
-// network gateway; gozt drops it until it reaches such endpoints (double
-// HBONE, errDoubleHBONE).
+// A workload needs an IP or a hostname, resolved at connect time, or, on
+// another network, a network gateway to reach it through (SPEC §3.3). WDS
+// sends the gateway whatever the client's network, so on the local network
+// it is never used.
 func (r *router) candidate(uid string, ep state.Endpoint, svcPort, svcTarget uint16) (*state.Workload, uint16, bool) {
 	w := r.snap.WorkloadByUID(uid)
-	if w == nil || (len(w.Addresses) == 0 && w.Hostname == "") {
+	if w == nil {
+		return nil, 0, false
+	}
+	if len(w.Addresses) == 0 && w.Hostname == "" && (w.Network == r.network || w.NetworkGateway == nil) {
 		return nil, 0, false
 	}
 	if svcPort == 0 {

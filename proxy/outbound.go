@@ -87,19 +87,36 @@ func (p *Proxy) openOutbound(down net.Conn, dst netip.AddrPort) (net.Conn, *conn
 		labels.srcPrincipal = src.Identity().String()
 		labels.securityPolicy = securityMutualTLS
 	}
+	var up net.Conn
+	if rt.inner != nil {
+		// The destination is the workload behind the gateway, and its
+		// principal the inner peer certificate's (SPEC §7.1), known only
+		// once the inner handshake is done: the connection is recorded
+		// from then on, as ztunnel builds its record.
+		labels.setDestination(rt.inner.dest)
+		var peerID string
+		up, peerID, err = p.dialDoubleHBONE(src, labels.srcPrincipal, downAddr, rt)
+		if peerID != "" {
+			labels.dstPrincipal = peerID
+		}
+	}
 	rec := p.cfg.Metrics.openConn(p.accessLog, labels, false, downAddr, rt.dial, "")
 	if rt.kind == routeHBONE {
 		rec.hboneAddr = rt.authority
 	}
-
-	up, err := p.dialOutbound(src, labels.srcPrincipal, downAddr, rt)
+	if rt.inner == nil {
+		up, err = p.dialOutbound(src, labels.srcPrincipal, downAddr, rt)
+	}
 	if err != nil {
 		rec.fail(failureFlag(err), err)
 		return nil, nil
 	}
 	if p.cfg.ListConnections {
 		proto := "TCP"
-		if rt.kind == routeHBONE {
+		switch {
+		case rt.inner != nil:
+			proto = "DOUBLEHBONE" // ztunnel's OutboundProtocol, as serde names it
+		case rt.kind == routeHBONE:
 			proto = "HBONE"
 		}
 		p.live.add(rec, ConnJSON{Src: downAddr.String(), OriginalDst: dst.String(), ActualDst: rt.dial.String(), Protocol: proto})
@@ -120,13 +137,29 @@ func (p *Proxy) dialOutbound(src *state.Workload, srcID string, downAddr netip.A
 		}
 		return c, nil
 	}
+	return p.connectPooled(ctx, srcID, downAddr, rt, connectHeader(src, downAddr, rt))
+}
+
+// connectPooled opens rt's CONNECT stream with header h on a pooled HBONE
+// connection to rt.dial (SPEC §3.6).
+func (p *Proxy) connectPooled(ctx context.Context, srcID string, downAddr netip.AddrPort, rt route, h http.Header) (*hbone.ClientStream, error) {
 	key := hbone.Key{
 		SrcIdentity:   srcID,
 		DstIdentities: strings.Join(rt.sans, ","),
 		Dst:           rt.dial,
 		SrcIP:         downAddr.Addr(),
 	}
-	h := make(http.Header, 3)
+	s, err := p.pool.Connect(ctx, key, rt.authority, h)
+	if err != nil {
+		return nil, fmt.Errorf("hbone connect %s via %s: %w", rt.authority, rt.dial, err)
+	}
+	return s, nil
+}
+
+// connectHeader is the header of rt's CONNECT from src for the app at
+// downAddr (SPEC §2.3), with a new traceparent, without x-forwarded-network.
+func connectHeader(src *state.Workload, downAddr netip.AddrPort, rt route) http.Header {
+	h := make(http.Header, 4)
 	if b := baggage(src); b != "" {
 		h.Set(headerBaggage, b)
 	}
@@ -136,11 +169,7 @@ func (p *Proxy) dialOutbound(src *state.Workload, srcID string, downAddr netip.A
 	}
 	h.Set(headerForwarded, forwarded(downAddr, svcHost))
 	h.Set(headerTraceparent, traceparent())
-	s, err := p.pool.Connect(ctx, key, rt.authority, h)
-	if err != nil {
-		return nil, fmt.Errorf("hbone connect %s via %s: %w", rt.authority, rt.dial, err)
-	}
-	return s, nil
+	return h
 }
 
 // dialHBONE opens a new pooled HBONE connection for key: TCP, mTLS with the

@@ -3,8 +3,10 @@ package proxy
 import (
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"net/netip"
 	"slices"
+	"strconv"
 
 	"github.com/gozt/gozt/proxy/state"
 )
@@ -55,6 +57,19 @@ type route struct {
 	// one (SPEC §3.3, on-demand DNS).
 	hostname string
 	prefer   netip.Addr
+
+	// inner, for double HBONE (SPEC §2.6), is the tunnel to the destination
+	// carried inside this one, which then goes to the destination's network
+	// gateway; nil for every other route.
+	inner *innerTunnel
+}
+
+// innerTunnel is the inner half of a double HBONE route: a TLS session and
+// HTTP/2 connection of its own over the stream to the gateway, never pooled,
+// with the same authority as the outer CONNECT.
+type innerTunnel struct {
+	sans []string        // the destination service's subject_alt_names only, sorted
+	dest *state.Workload // the workload or waypoint on the other network
 }
 
 // setIP completes the route to the workload's address ip.
@@ -99,7 +114,7 @@ func (r *router) decide(src *state.Workload, downstream netip.Addr, dst netip.Ad
 	}
 	if svc != nil {
 		if gw := r.pickWaypoint(svc); gw != nil {
-			return r.viaWaypoint(gw, dst, svc)
+			return r.viaWaypoint(src, gw, dst, svc)
 		}
 		if svc.LoadBalancer != nil && svc.LoadBalancer.Mode == state.LBPassthrough {
 			return route{kind: routePassthrough, dial: dst, service: svc}, nil
@@ -108,13 +123,16 @@ func (r *router) decide(src *state.Workload, downstream netip.Addr, dst netip.Ad
 		if !ok {
 			return route{}, fmt.Errorf("%w for %s", errNoHealthyUpstream, svc.Hostname)
 		}
+		if ep.Network != r.network { // SPEC §3.2 step 5
+			return r.throughGateway(src, ep, svc, svc, dst)
+		}
 		return r.direct(ep, r.selectIP(ep, ip, svc.IPFamilies), ip, port, svc)
 	}
 	if w == nil {
 		return route{kind: routePassthrough, dial: dst}, nil
 	}
 	if w.Waypoint != nil && !isFromWaypoint(r.snap, r.network, src, downstream, w.Waypoint) {
-		return r.viaWaypoint(w.Waypoint, dst, nil)
+		return r.viaWaypoint(src, w.Waypoint, dst, nil)
 	}
 	return r.direct(w, ip, ip, dst.Port(), nil)
 }
@@ -124,7 +142,9 @@ func (r *router) decide(src *state.Workload, downstream netip.Addr, dst netip.Ad
 // orig's family.
 func (r *router) direct(w *state.Workload, ip, orig netip.Addr, port uint16, svc *state.Service) (route, error) {
 	if w.Network != r.network {
-		return route{}, errDoubleHBONE
+		// Only a service's endpoints are looked up on other networks;
+		// ztunnel treats this as a bug (build_request's debug_assert).
+		return route{}, fmt.Errorf("%w: workload %s on network %q", errRemoteNotService, w.UID, w.Network)
 	}
 	rt := route{kind: routeTCP, workload: w, service: svc, port: port}
 	if w.Protocol == state.TunnelHBONE {
@@ -153,13 +173,15 @@ func (rt *route) setIPOrHostname(ip, orig netip.Addr) error {
 
 // viaWaypoint routes to a waypoint; the authority stays the original
 // destination (SPEC §3.2 steps 2 and 6).
-func (r *router) viaWaypoint(gw *state.GatewayAddress, dst netip.AddrPort, svc *state.Service) (route, error) {
+func (r *router) viaWaypoint(src *state.Workload, gw *state.GatewayAddress, dst netip.AddrPort, svc *state.Service) (route, error) {
 	wp, wpSvc, ip, orig, err := r.resolveGateway(gw, dst.Addr())
 	if err != nil {
 		return route{}, err
 	}
 	if wp.Network != r.network {
-		return route{}, errDoubleHBONE
+		// The inner tunnel ends at the waypoint: it expects the
+		// waypoint service's SANs, as ztunnel's Upstream.service_sans.
+		return r.throughGateway(src, wp, wpSvc, svc, dst)
 	}
 	port := gw.HBONEMTLSPort
 	if port == 0 {
@@ -178,6 +200,85 @@ func (r *router) viaWaypoint(gw *state.GatewayAddress, dst netip.AddrPort, svc *
 		return route{}, err
 	}
 	return rt, nil
+}
+
+// throughGateway routes to up, a workload or waypoint on another network
+// than the source, through up's network gateway (SPEC §2.6, ztunnel's
+// build_request_through_gateway): the outer tunnel goes to the gateway and
+// expects its SANs, the inner one expects upSvc's subject_alt_names (the
+// addressed service for an endpoint, the waypoint's service for a
+// waypoint), and both carry the authority svcHostname:servicePort, which
+// is all the gateway needs to forward the inner bytes unread. Crossing
+// networks needs the service: svc nil fails.
+func (r *router) throughGateway(src, up *state.Workload, upSvc, svc *state.Service, dst netip.AddrPort) (route, error) {
+	switch {
+	case svc == nil:
+		return route{}, fmt.Errorf("%w: workload %s on network %q", errRemoteNotService, up.UID, up.Network)
+	case up.NetworkGateway == nil:
+		return route{}, fmt.Errorf("%w: workload %s on network %q", errNoNetworkGateway, up.UID, up.Network)
+	}
+	gw, gwSvc, dial, err := r.resolveNetworkGateway(up.NetworkGateway, src, dst.Addr())
+	if err != nil {
+		return route{}, err
+	}
+	var inner []string
+	if upSvc != nil {
+		inner = slices.Clone(upSvc.SubjectAltNames)
+		slices.Sort(inner)
+	}
+	return route{
+		kind:      routeHBONE,
+		dial:      dial,
+		authority: net.JoinHostPort(svc.Hostname, strconv.Itoa(int(dst.Port()))),
+		sans:      expectedSANs(gw, gwSvc),
+		workload:  gw,
+		service:   svc,
+		port:      dial.Port(),
+		inner:     &innerTunnel{sans: inner, dest: up},
+	}, nil
+}
+
+// resolveNetworkGateway finds the gateway workload a network_gateway names
+// and the address to dial (SPEC §3.5, ztunnel's fetch_network_gateway): an
+// address is a workload's IP, dialled as given, or a service VIP,
+// load-balanced on hbone_mtls_port; a hostname is a service, load-balanced
+// likewise, or else a workload, reached at an IP of dst's family when it has
+// one. svc is the gateway's service, or nil.
+func (r *router) resolveNetworkGateway(ngw *state.GatewayAddress, src *state.Workload, dst netip.Addr) (w *state.Workload, svc *state.Service, dial netip.AddrPort, err error) {
+	port := ngw.HBONEMTLSPort
+	if port == 0 {
+		port = HBONEPort
+	}
+	var ip netip.Addr
+	switch {
+	case ngw.Address != nil:
+		addr := ngw.Address.Address.Unmap()
+		if w = r.snap.WorkloadByIP(ngw.Address.Network, addr); w != nil {
+			return w, nil, netip.AddrPortFrom(addr, port), nil
+		}
+		if svc = r.snap.ServiceByVIP(ngw.Address.Network, addr, src.Namespace); svc != nil {
+			if w, port, _ = r.pickEndpoint(svc, port, src); w != nil {
+				ip = r.selectIP(w, addr, svc.IPFamilies)
+			}
+		}
+	case ngw.Hostname != nil:
+		if svc = r.snap.ServiceByKey(ngw.Hostname.Namespace + "/" + ngw.Hostname.Hostname); svc != nil {
+			w, port, _ = r.pickEndpoint(svc, port, src)
+		} else {
+			w = r.snap.WorkloadByHostname(ngw.Hostname.Namespace, ngw.Hostname.Hostname)
+		}
+		if w != nil {
+			var fam state.IPFamilies
+			if svc != nil {
+				fam = svc.IPFamilies
+			}
+			ip = r.selectIP(w, dst, fam)
+		}
+	}
+	if w == nil || !ip.IsValid() {
+		return nil, nil, netip.AddrPort{}, fmt.Errorf("%w: %s", errUnknownNetworkGateway, ngw.Destination())
+	}
+	return w, svc, netip.AddrPortFrom(ip, port), nil
 }
 
 // resolveGateway finds the workload behind a waypoint or gateway address

@@ -124,22 +124,106 @@ func TestDecide(t *testing.T) {
 	}
 }
 
-// TestDecideRemoteNetwork: a workload on another network is found only on
-// that network, so from this network it is passthrough; a service endpoint
-// on another network needs double HBONE, which is not supported yet.
+// TestDecideRemoteNetwork: an endpoint or service waypoint on another
+// network is reached through its network gateway (SPEC §2.6, §3.5, ztunnel's
+// build_request_through_gateway): the outer tunnel to the gateway expects
+// the gateway's SANs, the inner one only the SANs of the service it ends at,
+// both with authority svcHostname:servicePort; no gateway fails.
 func TestDecideRemoteNetwork(t *testing.T) {
-	st := state.NewStore(state.Config{})
-	st.Update(func(b *state.Batch) {
-		b.InsertWorkload(&state.Workload{UID: "c//Pod/ns/remote", Name: "remote", Namespace: "ns",
-			Addresses: []netip.Addr{ip("10.9.0.1")}, Network: "other", Protocol: state.TunnelHBONE,
-			Services: map[string]state.PortMap{"ns/r.ns.svc.cluster.local": {80: 80}}})
-		b.InsertService(&state.Service{Name: "r", Namespace: "ns", Hostname: "r.ns.svc.cluster.local",
-			VIPs: []state.NetworkAddress{{Address: ip("10.96.1.1")}}, Ports: state.PortMap{80: 80}})
-	})
-	r := router{snap: st.Snapshot()}
-	_, err := r.decide(&state.Workload{Namespace: "ns"}, ip("10.0.0.1"), netip.MustParseAddrPort("10.96.1.1:80"))
-	if !errors.Is(err, errDoubleHBONE) {
-		t.Errorf("decide to a remote-network endpoint = %v, want %v", err, errDoubleHBONE)
+	const (
+		svcSAN = "spiffe://cluster.local/ns/ns/sa/r-san"
+		gwSAN  = "spiffe://cluster.local/ns/istio-system/sa/gw-san"
+		wpSAN  = "spiffe://cluster.local/ns/ns/sa/wp-san"
+	)
+	byIP := &state.GatewayAddress{Address: &state.NetworkAddress{Network: "other", Address: ip("192.0.2.10")}, HBONEMTLSPort: 15009}
+	byVIP := &state.GatewayAddress{Address: &state.NetworkAddress{Network: "other", Address: ip("192.0.2.100")}, HBONEMTLSPort: 15008}
+	byHost := &state.GatewayAddress{Hostname: &state.NamespacedHostname{Namespace: "istio-system", Hostname: "gw.istio-system.svc.cluster.local"}, HBONEMTLSPort: 15008}
+	gwID := "spiffe://cluster.local/ns/istio-system/sa/gw"
+	for _, tc := range []struct {
+		name     string
+		gw       *state.GatewayAddress
+		noIPs    bool // the remote endpoint has no address, only the gateway
+		waypoint bool // the service has a waypoint on the other network
+		want     route
+		wantErr  error
+	}{
+		{name: "no gateway", wantErr: errNoNetworkGateway},
+		{name: "gateway by workload IP", gw: byIP, want: route{dial: netip.MustParseAddrPort("192.0.2.10:15009"), sans: []string{gwID}, inner: &innerTunnel{sans: []string{svcSAN}}}},
+		{name: "gateway by service VIP", gw: byVIP, want: route{dial: netip.MustParseAddrPort("192.0.2.10:15008"), sans: []string{gwID, gwSAN}, inner: &innerTunnel{sans: []string{svcSAN}}}},
+		{name: "gateway by hostname", gw: byHost, want: route{dial: netip.MustParseAddrPort("192.0.2.10:15008"), sans: []string{gwID, gwSAN}, inner: &innerTunnel{sans: []string{svcSAN}}}},
+		{name: "endpoint without address", gw: byHost, noIPs: true, want: route{dial: netip.MustParseAddrPort("192.0.2.10:15008"), sans: []string{gwID, gwSAN}, inner: &innerTunnel{sans: []string{svcSAN}}}},
+		{name: "endpoint without address nor gateway", noIPs: true, wantErr: errNoHealthyUpstream},
+		{name: "remote waypoint", gw: byIP, waypoint: true, want: route{dial: netip.MustParseAddrPort("192.0.2.10:15009"), sans: []string{gwID}, inner: &innerTunnel{sans: []string{wpSAN}}}},
+		{name: "unknown gateway", gw: &state.GatewayAddress{Address: &state.NetworkAddress{Network: "other", Address: ip("192.0.2.99")}}, wantErr: errUnknownNetworkGateway},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := state.NewStore(state.Config{})
+			var errs []error
+			st.Update(func(b *state.Batch) {
+				add := func(err error) { errs = append(errs, err) }
+				remote := &state.Workload{UID: "c//Pod/ns/remote", Name: "remote", Namespace: "ns",
+					Addresses: []netip.Addr{ip("10.9.0.1")}, Network: "other", Protocol: state.TunnelHBONE, NetworkGateway: tc.gw,
+					Services: map[string]state.PortMap{"ns/r.ns.svc.cluster.local": {80: 8080}}}
+				if tc.noIPs {
+					remote.Addresses = nil
+				}
+				add(b.InsertWorkload(remote))
+				add(b.InsertWorkload(&state.Workload{UID: "c//Pod/istio-system/gw", Name: "gw", Namespace: "istio-system", ServiceAccount: "gw",
+					Addresses: []netip.Addr{ip("192.0.2.10")}, Network: "other", Protocol: state.TunnelHBONE,
+					Services: map[string]state.PortMap{"istio-system/gw.istio-system.svc.cluster.local": {15008: 15008}}}))
+				add(b.InsertService(&state.Service{Name: "gw", Namespace: "istio-system", Hostname: "gw.istio-system.svc.cluster.local",
+					VIPs: []state.NetworkAddress{{Network: "other", Address: ip("192.0.2.100")}}, Ports: state.PortMap{15008: 15008},
+					SubjectAltNames: []string{gwSAN}}))
+				svc := &state.Service{Name: "r", Namespace: "ns", Hostname: "r.ns.svc.cluster.local",
+					VIPs: []state.NetworkAddress{{Address: ip("10.96.1.1")}}, Ports: state.PortMap{80: 8080},
+					SubjectAltNames: []string{svcSAN}}
+				if tc.waypoint {
+					add(b.InsertWorkload(&state.Workload{UID: "c//Pod/ns/wp", Name: "wp", Namespace: "ns", ServiceAccount: "wp",
+						Addresses: []netip.Addr{ip("10.9.0.9")}, Network: "other", Protocol: state.TunnelHBONE, NetworkGateway: tc.gw,
+						Services: map[string]state.PortMap{"ns/wp.ns.svc.cluster.local": {15008: 15008}}}))
+					add(b.InsertService(&state.Service{Name: "wp", Namespace: "ns", Hostname: "wp.ns.svc.cluster.local",
+						VIPs: []state.NetworkAddress{{Network: "other", Address: ip("10.9.96.9")}}, Ports: state.PortMap{15008: 15008},
+						SubjectAltNames: []string{wpSAN}}))
+					svc.Waypoint = &state.GatewayAddress{Hostname: &state.NamespacedHostname{Namespace: "ns", Hostname: "wp.ns.svc.cluster.local"}, HBONEMTLSPort: 15008}
+				}
+				add(b.InsertService(svc))
+			})
+			if err := errors.Join(errs...); err != nil {
+				t.Fatal(err)
+			}
+			snap := st.Snapshot()
+			r := router{snap: snap}
+			rt, err := r.decide(&state.Workload{Namespace: "ns"}, ip("10.0.0.1"), netip.MustParseAddrPort("10.96.1.1:80"))
+			if tc.wantErr != nil {
+				if !errors.Is(err, tc.wantErr) {
+					t.Fatalf("decide = %+v, %v; want %v", rt, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("decide: %v", err)
+			}
+			if rt.kind != routeHBONE || rt.authority != "r.ns.svc.cluster.local:80" || rt.service == nil || rt.workload == nil || rt.workload.Name != "gw" {
+				t.Errorf("decide = kind %v authority %q service %v workload %v, want HBONE to gw with authority r.ns.svc.cluster.local:80", rt.kind, rt.authority, rt.service, rt.workload)
+			}
+			wantDest := "remote"
+			if tc.waypoint {
+				wantDest = "wp"
+			}
+			if rt.inner == nil || rt.inner.dest == nil || rt.inner.dest.Name != wantDest {
+				t.Fatalf("decide: inner = %+v, want one to %s", rt.inner, wantDest)
+			}
+			got := struct {
+				Dial      string
+				SANs      []string
+				InnerSANs []string
+			}{rt.dial.String(), rt.sans, rt.inner.sans}
+			want := got
+			want.Dial, want.SANs, want.InnerSANs = tc.want.dial.String(), tc.want.sans, tc.want.inner.sans
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("decide (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
 
