@@ -178,9 +178,11 @@ func (r *router) viaWaypoint(src *state.Workload, gw *state.GatewayAddress, dst 
 	if err != nil {
 		return route{}, err
 	}
-	if wp.Network != r.network {
+	if wp.Network != r.network && svc != nil {
 		// The inner tunnel ends at the waypoint: it expects the
 		// waypoint service's SANs, as ztunnel's Upstream.service_sans.
+		// A workload's waypoint (svc nil) is dialled directly whatever
+		// its network, as ztunnel's build_request does.
 		return r.throughGateway(src, wp, wpSvc, svc, dst)
 	}
 	port := gw.HBONEMTLSPort
@@ -208,13 +210,10 @@ func (r *router) viaWaypoint(src *state.Workload, gw *state.GatewayAddress, dst 
 // expects its SANs, the inner one expects upSvc's subject_alt_names (the
 // addressed service for an endpoint, the waypoint's service for a
 // waypoint), and both carry the authority svcHostname:servicePort, which
-// is all the gateway needs to forward the inner bytes unread. Crossing
-// networks needs the service: svc nil fails.
+// is all the gateway needs to forward the inner bytes unread: svc, the
+// service the connection addressed, is required.
 func (r *router) throughGateway(src, up *state.Workload, upSvc, svc *state.Service, dst netip.AddrPort) (route, error) {
-	switch {
-	case svc == nil:
-		return route{}, fmt.Errorf("%w: workload %s on network %q", errRemoteNotService, up.UID, up.Network)
-	case up.NetworkGateway == nil:
+	if up.NetworkGateway == nil {
 		return route{}, fmt.Errorf("%w: workload %s on network %q", errNoNetworkGateway, up.UID, up.Network)
 	}
 	gw, gwSvc, dial, err := r.resolveNetworkGateway(up.NetworkGateway, src, dst.Addr())

@@ -227,6 +227,31 @@ func TestDecideRemoteNetwork(t *testing.T) {
 	}
 }
 
+// TestDecideRemoteWorkloadWaypoint: a workload's own waypoint is dialled
+// directly, in plain HBONE, even on another network: ztunnel's build_request
+// crosses networks only for service-addressed traffic.
+func TestDecideRemoteWorkloadWaypoint(t *testing.T) {
+	st := state.NewStore(state.Config{})
+	var errs []error
+	st.Update(func(b *state.Batch) {
+		add := func(err error) { errs = append(errs, err) }
+		add(b.InsertWorkload(&state.Workload{UID: "c//Pod/ns/wp", Name: "wp", Namespace: "ns", ServiceAccount: "wp",
+			Addresses: []netip.Addr{ip("10.9.0.9")}, Network: "other", Protocol: state.TunnelHBONE}))
+		add(b.InsertWorkload(&state.Workload{UID: "c//Pod/ns/w", Name: "w", Namespace: "ns",
+			Addresses: []netip.Addr{ip("10.0.0.7")}, Protocol: state.TunnelHBONE,
+			Waypoint: &state.GatewayAddress{Address: &state.NetworkAddress{Network: "other", Address: ip("10.9.0.9")}, HBONEMTLSPort: 15008}}))
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	r := router{snap: st.Snapshot()}
+	rt, err := r.decide(&state.Workload{Namespace: "ns"}, ip("10.0.0.1"), netip.MustParseAddrPort("10.0.0.7:80"))
+	if err != nil || rt.kind != routeHBONE || rt.inner != nil || rt.dial.String() != "10.9.0.9:15008" || rt.authority != "10.0.0.7:80" {
+		t.Errorf("decide = kind %v dial %v authority %q inner %v, %v; want HBONE to 10.9.0.9:15008 for 10.0.0.7:80, no inner tunnel",
+			rt.kind, rt.dial, rt.authority, rt.inner, err)
+	}
+}
+
 // TestPickEndpointWeights: the weighted pick follows capacity.
 func TestPickEndpointWeights(t *testing.T) {
 	st := state.NewStore(state.Config{})
