@@ -87,19 +87,27 @@ func (ns *nameserver) count(key string) int {
 	return ns.seen[key]
 }
 
-// startNameserver serves ns on ip:53 (UDP and TCP) until the test ends; it
-// skips the test when port 53 cannot be bound (not root).
+// startNameserver serves ns on ip:53 (UDP and TCP) until the test ends.
+// When port 53 cannot be bound (not root) it skips the test, or fails it
+// under GOZT_REQUIRE_ROOT=1, as CI runs.
 func startNameserver(t *testing.T, ip string, ns *nameserver) {
 	t.Helper()
 	ns.seen = map[string]int{}
+	cannot := func(err error) {
+		t.Helper()
+		if os.Getenv("GOZT_REQUIRE_ROOT") == "1" {
+			t.Fatalf("cannot bind a nameserver on %s:53 (root needed): %v", ip, err)
+		}
+		t.Skipf("cannot bind a nameserver on %s:53: %v", ip, err)
+	}
 	pc, err := net.ListenPacket("udp", ip+":53")
 	if err != nil {
-		t.Skipf("cannot bind a nameserver on %s:53: %v", ip, err)
+		cannot(err)
 	}
 	l, err := net.Listen("tcp", ip+":53")
 	if err != nil {
 		pc.Close()
-		t.Skipf("cannot bind a nameserver on %s:53: %v", ip, err)
+		cannot(err)
 	}
 	for _, srv := range []*dns.Server{
 		{PacketConn: pc, Handler: dns.HandlerFunc(ns.serveDNS)},
