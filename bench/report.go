@@ -46,11 +46,14 @@ func (t Target) String() string {
 	return fmt.Sprintf("%s %s %s", what, op, strconv.FormatFloat(t.Bound, 'g', 4, 64))
 }
 
-// met reports whether r satisfies t.
+// met reports whether r satisfies t. A ratio target is not met without a
+// ratio (0: no baseline, or one that is not positive).
 func (t Target) met(r Result) bool {
 	x := r.Ratio
 	if t.OnValue {
 		x = r.Value
+	} else if x == 0 {
+		return false
 	}
 	if t.Max {
 		return x <= t.Bound
@@ -144,7 +147,10 @@ func writeMarkdown(w io.Writer, rep *Report) error {
 		base, bv, rt := "—", "—", "—"
 		if r.Baseline != "" {
 			base, bv = mdEscape(r.Baseline), formatNum(r.BaselineValue)+" "+r.Unit
-			rt = formatNum(r.Ratio) + "×"
+			rt = "n/a"
+			if r.Ratio != 0 {
+				rt = formatNum(r.Ratio) + "×"
+			}
 		}
 		mark := ""
 		if r.TargetMet != nil {

@@ -42,6 +42,7 @@ func TestTarget(t *testing.T) {
 		{"ratio at least, missed", Target{Bound: 1.5}, Result{Ratio: 1.49, Value: 99}, false, "ratio ≥ 1.5"},
 		{"ratio at most, met", Target{Max: true, Bound: 0.7}, Result{Ratio: 0.5}, true, "ratio ≤ 0.7"},
 		{"ratio at most, missed", Target{Max: true, Bound: 1.01}, Result{Ratio: 1.02}, false, "ratio ≤ 1.01"},
+		{"ratio at most, no ratio", Target{Max: true, Bound: 0.7}, Result{Ratio: 0, Value: 9994, BaselineValue: -811}, false, "ratio ≤ 0.7"},
 		{"value at most, met", Target{OnValue: true, Max: true, Bound: 8192}, Result{Value: 8000, Ratio: 9}, true, "value ≤ 8192"},
 		{"value at most, missed", Target{OnValue: true, Max: true, Bound: 5}, Result{Value: 6, Ratio: 0.1}, false, "value ≤ 5"},
 	}

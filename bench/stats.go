@@ -28,11 +28,13 @@ func percentile(xs []float64, p float64) float64 {
 	return s[lo] + (s[hi]-s[lo])*(pos-float64(lo))
 }
 
-// ratio returns v ÷ base, or 0 when the quotient is not a finite number
-// (a zero or missing baseline), so that JSON stays encodable.
+// ratio returns v ÷ base, or 0 when that says nothing: a quotient that is
+// not a finite number (a zero or missing baseline, kept out of JSON), or a
+// baseline that is not positive (an added latency whose direct reference
+// had the larger outlier), where the sign of the quotient would mislead.
 func ratio(v, base float64) float64 {
 	r := v / base
-	if base == 0 || math.IsNaN(r) || math.IsInf(r, 0) {
+	if base <= 0 || math.IsNaN(r) || math.IsInf(r, 0) {
 		return 0
 	}
 	return r

@@ -70,6 +70,8 @@ func TestRatio(t *testing.T) {
 		{1500, 1000, 1.5},
 		{5, 0, 0},
 		{0, 0, 0},
+		{9994, -811, 0}, // an added p99 against a negative one: no ratio
+		{-5, 10, -0.5},
 		{math.NaN(), 1, 0},
 		{math.Inf(1), 1, 0},
 	}
