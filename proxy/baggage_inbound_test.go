@@ -3,7 +3,6 @@ package proxy
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"errors"
 	"log/slog"
 	"net"
@@ -16,17 +15,25 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/gozt/gozt/certs"
 	"github.com/gozt/gozt/certs/localca"
-	"github.com/gozt/gozt/hbone"
 	"github.com/gozt/gozt/proxy/state"
 )
 
 // inboundOnce starts an inbound-only proxy for a server workload on
 // 127.88.251.3, configured by cfg, and sends it one CONNECT from a client
 // workload on 127.88.251.2 to an application that accepts; it returns the
-// 200's header.
+// 200's header. Everything it started has stopped when it returns: it runs
+// as a subtest, whose cleanups end the proxy and the connection.
 func inboundOnce(t *testing.T, cfg func(*Config)) http.Header {
+	t.Helper()
+	var h http.Header
+	if !t.Run("connect", func(t *testing.T) { h = inboundOnceIn(t, cfg) }) {
+		t.FailNow()
+	}
+	return h
+}
+
+func inboundOnceIn(t *testing.T, cfg func(*Config)) http.Header {
 	t.Helper()
 	const clientIP, serverIP = "127.88.251.2", "127.88.251.3"
 	app, err := net.Listen("tcp", serverIP+":0")
@@ -67,37 +74,14 @@ func inboundOnce(t *testing.T, cfg func(*Config)) http.Header {
 		Store: store, Certs: issuedCerts{ca}, Metrics: NewMetrics(prometheus.NewRegistry()),
 	}
 	cfg(&c)
-	p, err := New(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Listen(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- p.Serve() }()
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		p.Shutdown(ctx)
-		<-served
-	}()
+	serveProxy(t, c, 5*time.Second)
 	cert, err := ca.Issue(context.Background(), ppClientID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(clientIP)}}
-	raw, err := d.Dial("tcp", net.JoinHostPort(serverIP, "15008"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	cc, err := hbone.NewClientConn(ctx, tls.Client(raw, certs.ClientConfig(cert, []string{ppServerID.String()})), hbone.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
+	cc := dialHBONE(t, ctx, clientIP, net.JoinHostPort(serverIP, "15008"), cert, ppServerID.String())
 	s, err := cc.Connect(ctx, net.JoinHostPort(serverIP, strconv.Itoa(appPort)), nil)
 	if err != nil {
 		t.Fatalf("CONNECT: %v", err)

@@ -69,18 +69,18 @@ func TestDoubleHBONE(t *testing.T) {
 	gw := startGateway(t, ca, store)
 
 	serverLog := &syncBuffer{}
-	startDHProxy(t, Config{
+	serveProxy(t, Config{
 		WorkloadUID: "c//Pod/ns/server", BindAddr: netip.MustParseAddr(dhServerIP), InboundOnly: true, Network: dhNetB,
 		Store: store, Certs: issuedCerts{ca}, Metrics: NewMetrics(prometheus.NewRegistry()),
 		AccessLog: slog.New(slog.NewTextHandler(serverLog, nil)),
-	})
+	}, 5*time.Second)
 	clientLog := &syncBuffer{}
 	clientReg := prometheus.NewRegistry()
-	startDHProxy(t, Config{
+	serveProxy(t, Config{
 		WorkloadUID: "c//Pod/ns/client", BindAddr: netip.MustParseAddr(dhClientIP), EnableSOCKS5: true, Network: dhNetA,
 		Store: store, Certs: issuedCerts{ca}, Metrics: NewMetrics(clientReg),
 		AccessLog: slog.New(slog.NewTextHandler(clientLog, nil)),
-	})
+	}, 5*time.Second)
 
 	// Both directions, twice: the second connection shares the pooled
 	// outer HBONE connection, never the inner one.
@@ -230,26 +230,6 @@ func dhStore(t *testing.T, appPort uint16) *state.Store {
 		t.Fatal(err)
 	}
 	return store
-}
-
-// startDHProxy runs a proxy configured by cfg until the test ends.
-func startDHProxy(t *testing.T, cfg Config) {
-	t.Helper()
-	p, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Listen(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- p.Serve() }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		p.Shutdown(ctx)
-		<-served
-	})
 }
 
 // eastWest is an east-west gateway for the test: mTLS HBONE on

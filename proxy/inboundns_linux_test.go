@@ -35,24 +35,10 @@ func startInboundInNetns(t *testing.T, ctx context.Context, ip string, inNetns f
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := New(Config{
+	p := serveProxy(t, Config{
 		WorkloadUID: "c//Pod/ns/server", BindAddr: netip.MustParseAddr(ip), InboundOnly: true, InNetns: inNetns,
 		Store: store, Certs: issuedCerts{ca}, Metrics: NewMetrics(prometheus.NewRegistry()),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Listen(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- p.Serve() }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-		defer cancel()
-		p.Shutdown(ctx)
-		<-served
-	})
+	}, 100*time.Millisecond)
 	cert, err := ca.Issue(context.Background(), identity.Identity{TrustDomain: "cluster.local", Namespace: "ns", ServiceAccount: "client"})
 	if err != nil {
 		t.Fatal(err)

@@ -21,10 +21,8 @@ import (
 	"go.uber.org/goleak"
 	xproxy "golang.org/x/net/proxy"
 
-	"github.com/gozt/gozt/certs"
 	"github.com/gozt/gozt/certs/identity"
 	"github.com/gozt/gozt/certs/localca"
-	"github.com/gozt/gozt/hbone"
 	"github.com/gozt/gozt/proxy/state"
 )
 
@@ -139,26 +137,11 @@ func TestHandlerPanicContained(t *testing.T) {
 	}
 	logs := &syncBuffer{}
 	m := NewMetrics(prometheus.NewRegistry())
-	p, err := New(Config{
+	serveProxy(t, Config{
 		WorkloadUID: "c//Pod/ns/w", BindAddr: netip.MustParseAddr(panicWorkloadIP), EnableSOCKS5: true,
 		Store: store, Certs: issuedCerts{ca}, Metrics: m,
 		Logger: slog.New(slog.NewTextHandler(logs, nil)),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Listen(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- p.Serve() }()
-	defer func() {
-		// The test's connections are still open: force-close them.
-		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-		defer cancel()
-		p.Shutdown(ctx)
-		<-served
-	}()
+	}, 100*time.Millisecond)
 	for name := range listenerReporter {
 		if got := panicCount(t, m, name); got != 0 {
 			t.Errorf("panics{listener=%q} = %v at start, want 0", name, got)
@@ -201,17 +184,9 @@ func TestHandlerPanicContained(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw, err := net.Dial("tcp", panicWorkloadIP+":15008")
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	cc, err := hbone.NewClientConn(ctx, tls.Client(raw, certs.ClientConfig(cert, []string{id.String()})), hbone.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
+	cc := dialHBONE(t, ctx, "", panicWorkloadIP+":15008", cert, id.String())
 	sibling, err := cc.Connect(ctx, local, nil)
 	if err != nil {
 		t.Fatalf("CONNECT: %v", err)

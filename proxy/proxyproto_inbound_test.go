@@ -73,25 +73,11 @@ func TestAppTunnelToPodIP(t *testing.T) {
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
 	}
-	p, err := New(Config{
+	serveProxy(t, Config{
 		WorkloadUID: "c//Pod/ns/server", BindAddr: netip.MustParseAddr(ppServerIP), InboundOnly: true,
 		Store: store, Certs: issuedCerts{ca}, Metrics: NewMetrics(prometheus.NewRegistry()),
 		AppTunnelToPodIP: true,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Listen(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- p.Serve() }()
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		p.Shutdown(ctx)
-		<-served
-	}()
+	}, 5*time.Second)
 
 	cert, err := ca.Issue(context.Background(), ppClientID)
 	if err != nil {

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"context"
 	"net"
 	"net/netip"
 	"syscall"
@@ -24,24 +23,10 @@ func TestUserTimeoutListeners(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := New(Config{
+	p := serveProxy(t, Config{
 		WorkloadUID: "c//Pod/ns/server", BindAddr: netip.MustParseAddr(ip), UserTimeout: 20 * time.Second,
 		Store: state.NewStore(state.Config{}), Certs: issuedCerts{ca}, Metrics: NewMetrics(prometheus.NewRegistry()),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Listen(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- p.Serve() }()
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		p.Shutdown(ctx)
-		<-served
-	}()
+	}, 5*time.Second)
 	p.mu.Lock()
 	listeners := map[string]net.Listener{}
 	for name, l := range p.listeners {
