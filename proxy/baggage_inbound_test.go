@@ -26,14 +26,27 @@ import (
 // as a subtest, whose cleanups end the proxy and the connection.
 func inboundOnce(t *testing.T, cfg func(*Config)) http.Header {
 	t.Helper()
+	return inboundOnceWith(t, inboundOpts{cfg: cfg})
+}
+
+// inboundOpts vary inboundOnce: the proxy's config, the CONNECT's header,
+// and whether xDS knows the client workload.
+type inboundOpts struct {
+	cfg           func(*Config)
+	header        http.Header
+	unknownClient bool
+}
+
+func inboundOnceWith(t *testing.T, o inboundOpts) http.Header {
+	t.Helper()
 	var h http.Header
-	if !t.Run("connect", func(t *testing.T) { h = inboundOnceIn(t, cfg) }) {
+	if !t.Run("connect", func(t *testing.T) { h = inboundOnceIn(t, o) }) {
 		t.FailNow()
 	}
 	return h
 }
 
-func inboundOnceIn(t *testing.T, cfg func(*Config)) http.Header {
+func inboundOnceIn(t *testing.T, o inboundOpts) http.Header {
 	t.Helper()
 	const clientIP, serverIP = "127.88.251.2", "127.88.251.3"
 	app, err := net.Listen("tcp", serverIP+":0")
@@ -59,9 +72,12 @@ func inboundOnceIn(t *testing.T, cfg func(*Config)) http.Header {
 	store := state.NewStore(state.Config{})
 	var errs []error
 	store.Update(func(b *state.Batch) {
+		if !o.unknownClient {
+			errs = append(errs, b.InsertWorkload(&state.Workload{UID: "c//Pod/ns/client", Name: "client", Namespace: "ns", ServiceAccount: "client",
+				WorkloadName: "client", CanonicalName: "client-app", CanonicalRevision: "v1", ClusterID: "c1",
+				TrustDomain: "cluster.local", Addresses: []netip.Addr{netip.MustParseAddr(clientIP)}, Protocol: state.TunnelHBONE}))
+		}
 		errs = append(errs,
-			b.InsertWorkload(&state.Workload{UID: "c//Pod/ns/client", Name: "client", Namespace: "ns", ServiceAccount: "client",
-				TrustDomain: "cluster.local", Addresses: []netip.Addr{netip.MustParseAddr(clientIP)}, Protocol: state.TunnelHBONE}),
 			b.InsertWorkload(&state.Workload{UID: "c//Pod/ns/server", Name: "server", Namespace: "ns", ServiceAccount: "server",
 				WorkloadName: "server", CanonicalName: "server-app", ClusterID: "c1",
 				TrustDomain: "cluster.local", Addresses: []netip.Addr{netip.MustParseAddr(serverIP)}, Protocol: state.TunnelHBONE}))
@@ -73,7 +89,7 @@ func inboundOnceIn(t *testing.T, cfg func(*Config)) http.Header {
 		WorkloadUID: "c//Pod/ns/server", BindAddr: netip.MustParseAddr(serverIP), InboundOnly: true,
 		Store: store, Certs: issuedCerts{ca}, Metrics: NewMetrics(prometheus.NewRegistry()),
 	}
-	cfg(&c)
+	o.cfg(&c)
 	serveProxy(t, c, 5*time.Second)
 	cert, err := ca.Issue(context.Background(), ppClientID)
 	if err != nil {
@@ -82,7 +98,7 @@ func inboundOnceIn(t *testing.T, cfg func(*Config)) http.Header {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	cc := dialHBONE(t, ctx, clientIP, net.JoinHostPort(serverIP, "15008"), cert, ppServerID.String())
-	s, err := cc.Connect(ctx, net.JoinHostPort(serverIP, strconv.Itoa(appPort)), nil)
+	s, err := cc.Connect(ctx, net.JoinHostPort(serverIP, strconv.Itoa(appPort)), o.header)
 	if err != nil {
 		t.Fatalf("CONNECT: %v", err)
 	}

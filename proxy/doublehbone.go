@@ -24,7 +24,7 @@ import (
 // dialDoubleHBONE opens rt's outer stream to the gateway and its inner
 // tunnel to the destination, and returns the inner stream with the SPIFFE
 // id the destination's certificate carries.
-func (p *Proxy) dialDoubleHBONE(src *state.Workload, srcID string, downAddr netip.AddrPort, rt route) (net.Conn, string, error) {
+func (p *Proxy) dialDoubleHBONE(src *state.Workload, srcID string, downAddr netip.AddrPort, rt route) (*innerConn, string, error) {
 	ctx, cancel := context.WithTimeout(p.lifetime, connectTimeout)
 	defer cancel()
 	// Both CONNECTs are one connection's: one traceparent, as ztunnel

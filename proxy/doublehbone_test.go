@@ -68,10 +68,22 @@ func TestDoubleHBONE(t *testing.T) {
 	store := dhStore(t, app.Port())
 	gw := startGateway(t, ca, store)
 
+	// The destination's own network describes it in more detail than the
+	// client's xDS does: the client's labels must come from the inner 200's
+	// baggage, as ztunnel takes them.
+	serverStore := dhStore(t, app.Port())
+	serverStore.Update(func(b *state.Batch) {
+		w := *serverStore.Snapshot().WorkloadByUID("c//Pod/ns/server")
+		w.WorkloadName, w.CanonicalName, w.CanonicalRevision, w.ClusterID = "server-remote", "echo-remote", "v2", "cluster-b"
+		if err := b.InsertWorkload(&w); err != nil {
+			t.Error(err)
+		}
+	})
 	serverLog := &syncBuffer{}
+	serverReg := prometheus.NewRegistry()
 	serveProxy(t, Config{
 		WorkloadUID: "c//Pod/ns/server", BindAddr: netip.MustParseAddr(dhServerIP), InboundOnly: true, Network: dhNetB,
-		Store: store, Certs: issuedCerts{ca}, Metrics: NewMetrics(prometheus.NewRegistry()),
+		Store: serverStore, Certs: issuedCerts{ca}, Metrics: NewMetrics(serverReg),
 		AccessLog: slog.New(slog.NewTextHandler(serverLog, nil)),
 	}, 5*time.Second)
 	clientLog := &syncBuffer{}
@@ -137,14 +149,30 @@ func TestDoubleHBONE(t *testing.T) {
 	waitLog(t, clientLog, "connection complete", 2)
 	labels := counterLabels(t, clientReg, "istio_tcp_connections_opened_total", "source")
 	for k, want := range map[string]string{
-		"connection_security_policy": "mutual_tls",
-		"destination_principal":      dhServerID.String(),
-		"destination_workload":       "server",
-		"destination_service":        dhEchoHost,
-		"response_flags":             "-",
+		"connection_security_policy":     "mutual_tls",
+		"destination_principal":          dhServerID.String(),
+		"destination_workload":           "server-remote",
+		"destination_canonical_revision": "v2",
+		"destination_app":                "server-remote",
+		"destination_cluster":            "cluster-b",
+		"destination_service":            dhEchoHost,
+		"response_flags":                 "-",
 	} {
 		if labels[k] != want {
 			t.Errorf("client metric label %s = %q, want %q", k, labels[k], want)
+		}
+	}
+	// The source is behind the gateway: its labels are the inner CONNECT's
+	// baggage.
+	srcLabels := counterLabels(t, serverReg, "istio_tcp_connections_opened_total", "destination")
+	for k, want := range map[string]string{
+		"source_workload":          "client",
+		"source_canonical_service": "client-app",
+		"source_cluster":           "cluster-a",
+		"source_principal":         "spiffe://cluster.local/ns/ns/sa/client",
+	} {
+		if srcLabels[k] != want {
+			t.Errorf("server metric label %s = %q, want %q", k, srcLabels[k], want)
 		}
 	}
 
@@ -205,6 +233,7 @@ func dhStore(t *testing.T, appPort uint16) *state.Store {
 	store.Update(func(b *state.Batch) {
 		add := func(err error) { errs = append(errs, err) }
 		add(b.InsertWorkload(&state.Workload{UID: "c//Pod/ns/client", Name: "client", Namespace: "ns", ServiceAccount: "client",
+			WorkloadName: "client", CanonicalName: "client-app", ClusterID: "cluster-a",
 			TrustDomain: "cluster.local", Network: dhNetA, Addresses: []netip.Addr{netip.MustParseAddr(dhClientIP)}, Protocol: state.TunnelHBONE}))
 		add(b.InsertWorkload(&state.Workload{UID: "c//Pod/ns/server", Name: "server", Namespace: "ns", ServiceAccount: "server",
 			TrustDomain: "cluster.local", Network: dhNetB, Addresses: []netip.Addr{netip.MustParseAddr(dhServerIP)}, Protocol: state.TunnelHBONE,

@@ -159,3 +159,61 @@ func forwardedHost(h string) string {
 	}
 	return ""
 }
+
+// derivedWorkload is what a peer's baggage says of a workload (ztunnel's
+// DerivedWorkload): telemetry labels for a workload gozt cannot look up,
+// the source behind an east-west gateway or the destination behind one.
+type derivedWorkload struct {
+	cluster, namespace, workloadName, service, revision, region, zone string
+}
+
+// maxBaggageValue bounds one baggage value gozt puts in a label. ztunnel
+// takes any length; a Kubernetes name is at most 253 bytes, and a longer
+// value is dropped rather than let one peer grow every series it touches.
+const maxBaggageValue = 253
+
+// parseBaggage reads the items of the baggage field values vs that name a
+// workload, as ztunnel's parse_baggage_header does: items split on ',', an
+// item's key and value on '=' (a value ends at a further '='), an empty value
+// is none, keys are compared exactly (no spaces trimmed), unknown keys are
+// ignored and a later item wins. A field with bytes outside visible ASCII
+// makes the whole header say nothing, as a failed to_str does in ztunnel.
+func parseBaggage(vs []string) derivedWorkload {
+	var d derivedWorkload
+	for _, v := range vs {
+		for i := 0; i < len(v); i++ {
+			if c := v[i]; (c < 0x20 || c > 0x7e) && c != '\t' {
+				return derivedWorkload{}
+			}
+		}
+	}
+	for _, v := range vs {
+		for item := range strings.SplitSeq(v, ",") {
+			key, val, ok := strings.Cut(item, "=")
+			if !ok {
+				continue
+			}
+			val, _, _ = strings.Cut(val, "=")
+			if len(val) > maxBaggageValue {
+				val = ""
+			}
+			switch key {
+			case "k8s.cluster.name":
+				d.cluster = val
+			case "k8s.namespace.name":
+				d.namespace = val
+			case "k8s.deployment.name", "k8s.cronjob.name", "k8s.pod.name", "k8s.job.name":
+				d.workloadName = val
+			case "service.name":
+				d.service = val
+			case "service.version":
+				d.revision = val
+			case "cloud.region":
+				d.region = val
+			case "cloud.availability_zone":
+				d.zone = val
+			}
+		}
+	}
+	return d
+}

@@ -112,7 +112,13 @@ func (p *Proxy) acceptConnect(s *hbone.ServerStream) (net.Conn, *connRecord, fun
 	if req.local != nil {
 		labels.setDestination(req.local)
 	}
-	labels.srcPrincipal = req.srcPrincipal
+	// The request's baggage describes the source when it cannot be looked
+	// up (behind a gateway, or unknown here); a known source replaces it.
+	if p.cfg.NoResponseBaggage {
+		labels.srcPrincipal = req.srcPrincipal
+	} else {
+		labels.setDerivedSource(parseBaggage(s.Header().Values(headerBaggage)), req.srcPrincipal)
+	}
 	if !fromGateway(s.Header().Values(headerForwardedNetwork), p.cfg.Network) {
 		if src := snap.WorkloadByIP(p.cfg.Network, req.src.Addr()); src != nil {
 			labels.setSource(src)

@@ -412,3 +412,31 @@ func (r *connRecord) close(requestBytes, responseBytes int64, err error) {
 func durationMillis(d time.Duration) string {
 	return strconv.FormatInt(d.Milliseconds(), 10) + "ms"
 }
+
+// setDerivedSource sets the source labels from the request's baggage, with
+// principal the peer certificate's (ztunnel's with_derived_source). It comes
+// before setSource, which replaces them when the source is known. As in
+// ztunnel, source_app is the baggage's workload name, not its service.
+func (l *trafficLabels) setDerivedSource(d derivedWorkload, principal string) {
+	l.srcWorkload = d.workloadName
+	l.srcCanonicalService, l.srcCanonicalRevision = d.service, d.revision
+	l.srcNamespace = d.namespace
+	l.srcApp, l.srcVersion = d.workloadName, d.revision
+	l.srcCluster = d.cluster
+	l.srcPrincipal = principal
+	l.srcRegion, l.srcZone = d.region, d.zone
+}
+
+// setDerivedDestination sets every destination workload label from the
+// destination's response baggage, with principal the peer certificate's
+// (ztunnel's with_derived_destination, used for double HBONE, whose
+// destination workload is behind a gateway).
+func (l *trafficLabels) setDerivedDestination(d derivedWorkload, principal string) {
+	l.dstWorkload = d.workloadName
+	l.dstCanonicalService, l.dstCanonicalRevision = d.service, d.revision
+	l.dstNamespace = d.namespace
+	l.dstApp, l.dstVersion = d.workloadName, d.revision
+	l.dstCluster = d.cluster
+	l.dstPrincipal = principal
+	l.dstRegion, l.dstZone = d.region, d.zone
+}

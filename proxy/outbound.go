@@ -95,9 +95,14 @@ func (p *Proxy) openOutbound(down net.Conn, dst netip.AddrPort) (net.Conn, *conn
 		// from then on, as ztunnel builds its record.
 		labels.setDestination(rt.inner.dest)
 		var peerID string
-		up, peerID, err = p.dialDoubleHBONE(src, labels.srcPrincipal, downAddr, rt)
-		if peerID != "" {
-			labels.dstPrincipal = peerID
+		var ic *innerConn
+		ic, peerID, err = p.dialDoubleHBONE(src, labels.srcPrincipal, downAddr, rt)
+		if err == nil {
+			// ztunnel takes the destination's labels from the inner 200's
+			// baggage (with_derived_destination): the workload as its own
+			// network describes it, which this network's xDS may not.
+			labels.setDerivedDestination(parseBaggage(ic.ResponseHeader().Values(headerBaggage)), peerID)
+			up = ic
 		}
 	}
 	rec := p.cfg.Metrics.openConn(p.accessLog, labels, false, downAddr, rt.dial, "")

@@ -141,8 +141,10 @@ type Config struct {
 	// as KeepAlive (USER_TIMEOUT_ENABLED); zero leaves the kernel's.
 	UserTimeout time.Duration
 	// NoResponseBaggage leaves the baggage header off inbound HBONE
-	// responses (ENABLE_RESPONSE_BAGGAGE=false); by default it describes the
-	// local workload, as ztunnel sends it (SPEC §2.3).
+	// responses and leaves an inbound request's baggage unread
+	// (ENABLE_RESPONSE_BAGGAGE=false, ztunnel's enable_enhanced_baggage); by
+	// default the 200 describes the local workload, and a request's baggage
+	// gives the source labels of a source that cannot be looked up (SPEC §2.3).
 	NoResponseBaggage bool
 	// TLS is the HBONE TLS policy (TLS12_ENABLED, COMPLIANCE_POLICY); the
 	// zero value is TLS 1.3 only, as ztunnel's default.
