@@ -3,6 +3,7 @@ package hbone
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -123,14 +124,19 @@ func TestStalledReadersDoNotStallOthers(t *testing.T) {
 // several streams at once, before either reads. Over net.Pipe (no buffering
 // at all) this only completes because neither connection's reader ever waits
 // for the write lock.
+//
+// Each stream writes less than its starting window (a 32nd of the
+// connection window): a stream's window grows only as its reader reads, so
+// two peers that each write more than that before reading would wait on
+// each other, as two HTTP/2 peers of any implementation do past their windows.
 func TestNoDeadlockFullSockets(t *testing.T) {
-	const streams, size = 8, 1 << 20
+	const streams, size = 8, 384 << 10
 	srvDone := make(chan error, streams)
 	p := newPair(t, func(s *ServerStream) {
 		s.Respond(http.StatusOK, nil)
 		defer s.Close()
 		want := payload(uint64(len(s.Header().Get("Seed"))), size)
-		if err := writeChunks(s, want, 3, 256<<10); err != nil {
+		if err := writeChunks(s, want, 3, 96<<10); err != nil {
 			srvDone <- err
 			return
 		}
@@ -154,7 +160,7 @@ func TestNoDeadlockFullSockets(t *testing.T) {
 			}
 			defer s.Close()
 			want := payload(uint64(i+1), size)
-			if err := writeChunks(s, want, 4, 256<<10); err != nil {
+			if err := writeChunks(s, want, 4, 96<<10); err != nil {
 				errs <- err
 				return
 			}
@@ -435,5 +441,129 @@ func TestClientShutdown(t *testing.T) {
 	}
 	if _, err := s2.Write([]byte("x")); err == nil {
 		t.Error("stream survived a forced Shutdown")
+	}
+}
+
+// TestMultiplexStalledStreams (TESTPLAN L4, liveness): on one connection with
+// the default windows (4 MiB largest stream window, 16 MiB connection
+// window), 10 streams whose handler never reads and whose client writes
+// 4 MiB each leave the other 90 streams flowing: each of them delivers its
+// bytes exactly. With every stream given the whole 4 MiB at once, the stalled
+// ones would hold all of the connection window after four, and the rest would
+// wait forever.
+func TestMultiplexStalledStreams(t *testing.T) {
+	const stalled, active, perActive = 10, 90, 256 << 10
+	release := make(chan struct{})
+	defer func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	}()
+	p := newPair(t, func(s *ServerStream) {
+		s.Respond(http.StatusOK, nil)
+		if s.Header().Get("Mode") == "stall" {
+			<-release
+			s.Close()
+			return
+		}
+		n, _ := io.Copy(io.Discard, s)
+		s.Write([]byte(itoa(int(n))))
+		s.Close()
+	}, pairOpts{})
+
+	var writers sync.WaitGroup
+	var stalledStreams []*ClientStream
+	for range stalled {
+		s, err := p.cc.Connect(context.Background(), "10.0.0.1:80", http.Header{"Mode": {"stall"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stalledStreams = append(stalledStreams, s)
+		writers.Add(1)
+		go func() {
+			defer writers.Done()
+			s.Write(make([]byte, 4<<20)) // blocks once the stream's window is spent
+		}()
+	}
+	waitFor(t, func() bool {
+		p.cc.c.mu.Lock()
+		connWin := p.cc.c.sendWin
+		p.cc.c.mu.Unlock()
+		if connWin <= 0 {
+			return true // the stalled streams took the whole connection window
+		}
+		for _, s := range stalledStreams {
+			s.mu.Lock()
+			w := s.sendWin
+			s.mu.Unlock()
+			if w > 0 {
+				return false
+			}
+		}
+		return true
+	}, "the stalled streams to spend their windows")
+
+	results := make(chan error, active)
+	for i := range active {
+		s, err := p.cc.Connect(context.Background(), "10.0.0.1:80", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			defer s.Close()
+			want := payload(uint64(i), perActive)
+			if err := writeChunks(s, want, uint64(i), 64<<10); err != nil {
+				results <- err
+				return
+			}
+			if err := s.CloseWrite(); err != nil {
+				results <- err
+				return
+			}
+			got, err := io.ReadAll(s)
+			if err == nil && string(got) != itoa(perActive) {
+				err = fmt.Errorf("stream %d: handler read %s bytes, want %d", i, got, perActive)
+			}
+			results <- err
+		}()
+	}
+	for range active {
+		wait(t, results, "an active stream next to 10 stalled ones")
+	}
+	close(release)
+	for _, s := range stalledStreams {
+		s.Close()
+	}
+	writers.Wait()
+}
+
+// TestStreamWindowGrows: a stream starts with a 32nd of the connection
+// window and, as its reader keeps up, grows to the largest stream window, so
+// a single fast stream is not held to the starting window.
+func TestStreamWindowGrows(t *testing.T) {
+	got := make(chan [2]int64, 1)
+	p := newPair(t, func(s *ServerStream) {
+		s.Respond(http.StatusOK, nil)
+		s.mu.Lock()
+		start := s.win
+		s.mu.Unlock()
+		io.Copy(io.Discard, s)
+		s.mu.Lock()
+		end := s.win
+		s.mu.Unlock()
+		got <- [2]int64{start, end}
+		s.Close()
+	}, pairOpts{})
+	s := p.connect(context.Background())
+	if err := writeChunks(s, payload(1, 8<<20), 1, 256<<10); err != nil {
+		t.Fatal(err)
+	}
+	s.CloseWrite()
+	io.Copy(io.Discard, s)
+	w := <-got
+	if w[0] != defaultConnWindow/32 || w[1] != defaultStreamWindow {
+		t.Errorf("stream window started at %d and ended at %d, want %d then %d", w[0], w[1], defaultConnWindow/32, defaultStreamWindow)
 	}
 }

@@ -8,8 +8,9 @@ import (
 // Config holds the HTTP/2 settings and timers of one connection, for either
 // role. The zero value uses ztunnel's defaults (SPEC §2.2).
 type Config struct {
-	// StreamWindow is the initial stream flow-control window we advertise
-	// (SETTINGS_INITIAL_WINDOW_SIZE). If zero, 4 MiB is used.
+	// StreamWindow is the largest stream flow-control window we grant. If
+	// zero, 4 MiB is used. A stream starts smaller (initStreamWindow) and grows
+	// to it as its reader keeps up.
 	StreamWindow uint32
 	// ConnWindow is the connection flow-control window we advertise. If
 	// zero, 16 MiB is used.
@@ -70,6 +71,7 @@ const (
 // RFC 9113 allows.
 type resolved struct {
 	streamWindow  uint32
+	initStreamWin uint32 // SETTINGS_INITIAL_WINDOW_SIZE: see initStreamWindow
 	connWindow    uint32
 	maxFrameSize  uint32
 	maxStreams    uint32
@@ -91,6 +93,7 @@ func (c Config) resolve(server bool) resolved {
 		pingTimeout:   c.PingTimeout,
 		logger:        c.Logger,
 	}
+	r.initStreamWin = initStreamWindow(r.streamWindow, r.connWindow)
 	if r.maxStreams == 0 {
 		r.maxStreams = defaultClientMaxStreams
 		if server {
@@ -129,4 +132,17 @@ func clampU32(v, def, lo, hi uint32) uint32 {
 		v = def
 	}
 	return min(max(v, lo), hi)
+}
+
+// initStreamWindow is the window a stream starts with: a 32nd of the
+// connection window (512 KiB by default), at least RFC 9113's 65,535 bytes
+// and at most the largest stream window. ztunnel advertises the whole 4 MiB
+// at once; then four streams whose destination never reads hold the whole
+// 16 MiB connection window and every other stream on the connection stops
+// (TESTPLAN L4). Starting small, a stream that never reads pins a 32nd, and
+// one whose reader keeps up doubles its window with each credit it returns
+// until it reaches the largest (stream.consumedLocked), so one fast stream still gets
+// the full 4 MiB after about 1 MiB of data.
+func initStreamWindow(streamWin, connWin uint32) uint32 {
+	return min(streamWin, max(connWin/32, initialWindow))
 }

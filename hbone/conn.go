@@ -147,7 +147,7 @@ func newConn(nc net.Conn, cfg resolved, server bool) *conn {
 // localSettings are the SETTINGS we advertise (SPEC §2.2).
 func (c *conn) localSettings() []http2.Setting {
 	s := []http2.Setting{
-		{ID: http2.SettingInitialWindowSize, Val: c.cfg.streamWindow},
+		{ID: http2.SettingInitialWindowSize, Val: c.cfg.initStreamWin},
 		{ID: http2.SettingMaxFrameSize, Val: c.cfg.maxFrameSize},
 		{ID: http2.SettingMaxHeaderListSize, Val: c.cfg.maxHeaderList},
 	}

@@ -52,6 +52,7 @@ type stream struct {
 	werr    error // write error, nil while writes may proceed
 	buf     dataBuffer
 	inflow  int64 // receive window the peer may still use
+	win     int64 // the stream's current window: grows from c.cfg.initStreamWin to c.cfg.streamWindow
 	unacked int64 // bytes read but not yet returned as stream credit
 	held    int64 // buffered bytes whose connection credit is withheld
 	sendWin int64
@@ -77,7 +78,8 @@ type deadline struct {
 func (s *stream) init(c *conn, id uint32) {
 	s.c = c
 	s.id = id
-	s.inflow = int64(c.cfg.streamWindow)
+	s.inflow = int64(c.cfg.initStreamWin)
+	s.win = s.inflow
 }
 
 // wakeLocked wakes every goroutine waiting on the stream.
@@ -137,8 +139,14 @@ func (s *stream) Read(p []byte) (int, error) {
 func (s *stream) consumedLocked(n int) {
 	var streamInc int64
 	s.unacked += int64(n)
-	if s.flags&(fRemoteEnded|fResetSent|fResetRecv) == 0 && s.unacked >= int64(s.c.cfg.streamWindow)/4 {
+	if s.flags&(fRemoteEnded|fResetSent|fResetRecv) == 0 && s.unacked >= s.win/4 {
 		streamInc, s.unacked = s.unacked, 0
+		// The reader kept up with a quarter of the window, so
+		// the window doubles (up to the largest), and the growth goes out
+		// with the credit.
+		grow := min(s.win, int64(s.c.cfg.streamWindow)-s.win)
+		s.win += grow
+		streamInc += grow
 		s.inflow += streamInc
 	}
 	rel := min(int64(n), s.held)

@@ -117,7 +117,7 @@ func (b *tunnelBackend) next(t *testing.T) net.Conn {
 // starts the mesh above with their ports.
 func startTunnelMesh(t *testing.T) (*testMesh, tunIPs, *tunnelBackend, *tunnelBackend) {
 	t.Helper()
-	n := 10 + nextTunNet.Add(1)
+	n := 200 + nextTunNet.Add(1) // node tests take 127.88.11 and up
 	ips := tunIPs{
 		Client: fmt.Sprintf("127.88.%d.2", n),
 		Proxy:  fmt.Sprintf("127.88.%d.3", n),
