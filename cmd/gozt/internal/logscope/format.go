@@ -134,24 +134,36 @@ func (h *formatHandler) formatPlain(r slog.Record) []byte {
 	return append(b, '\n')
 }
 
-// appendPlainAttr appends "key=value " (a group's members one by one).
-func appendPlainAttr(b []byte, prefix string, a slog.Attr) []byte {
+// flattenAttr hands each leaf of a to leaf with its dotted key prefix: a
+// group's members one by one, an empty attribute not at all (slog's rules).
+// leaf is a plain function, not a closure, so that formatting a record
+// allocates nothing for it.
+func flattenAttr[T any](acc T, prefix string, a slog.Attr, leaf func(T, string, string, slog.Value) T) T {
 	v := a.Value.Resolve()
 	if a.Equal(slog.Attr{}) {
-		return b
+		return acc
 	}
-	if v.Kind() == slog.KindGroup {
-		p := prefix
-		if a.Key != "" {
-			p += a.Key + "."
-		}
-		for _, m := range v.Group() {
-			b = appendPlainAttr(b, p, m)
-		}
-		return b
+	if v.Kind() != slog.KindGroup {
+		return leaf(acc, prefix, a.Key, v)
 	}
+	p := prefix
+	if a.Key != "" {
+		p += a.Key + "."
+	}
+	for _, m := range v.Group() {
+		acc = flattenAttr(acc, p, m, leaf)
+	}
+	return acc
+}
+
+// appendPlainAttr appends "key=value " (a group's members one by one).
+func appendPlainAttr(b []byte, prefix string, a slog.Attr) []byte {
+	return flattenAttr(b, prefix, a, appendPlainLeaf)
+}
+
+func appendPlainLeaf(b []byte, prefix, key string, v slog.Value) []byte {
 	b = append(b, prefix...)
-	b = append(b, a.Key...)
+	b = append(b, key...)
 	b = append(b, '=')
 	b = appendPlainValue(b, v)
 	return append(b, ' ')
@@ -232,21 +244,11 @@ func (h *formatHandler) formatJSON(r slog.Record) []byte {
 }
 
 func appendJSONAttr(fields []jsonFields, prefix string, a slog.Attr) []jsonFields {
-	v := a.Value.Resolve()
-	if a.Equal(slog.Attr{}) {
-		return fields
-	}
-	if v.Kind() == slog.KindGroup {
-		p := prefix
-		if a.Key != "" {
-			p += a.Key + "."
-		}
-		for _, m := range v.Group() {
-			fields = appendJSONAttr(fields, p, m)
-		}
-		return fields
-	}
-	return append(fields, jsonFields{prefix + a.Key, string(appendJSONValue(nil, v))})
+	return flattenAttr(fields, prefix, a, appendJSONLeaf)
+}
+
+func appendJSONLeaf(fields []jsonFields, prefix, key string, v slog.Value) []jsonFields {
+	return append(fields, jsonFields{prefix + key, string(appendJSONValue(nil, v))})
 }
 
 func appendJSONValue(b []byte, v slog.Value) []byte {

@@ -107,18 +107,13 @@ func parseLevel(s string) (slog.Level, error) {
 	return 0, fmt.Errorf("unknown level %q (want trace, debug, info, warn, error or off)", s)
 }
 
+// levelName names a filter level as /logging reports it: a record's name,
+// or "off" (parseLevel never makes a level below debug).
 func levelName(l slog.Level) string {
-	switch {
-	case l >= LevelOff:
+	if l >= LevelOff {
 		return "off"
-	case l >= slog.LevelError:
-		return "error"
-	case l >= slog.LevelWarn:
-		return "warn"
-	case l >= slog.LevelInfo:
-		return "info"
 	}
-	return "debug"
+	return levelText(l)
 }
 
 // filter is one immutable generation of the live filter.
