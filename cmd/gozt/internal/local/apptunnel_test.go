@@ -34,14 +34,7 @@ type tunIPs struct {
 var nextTunNet atomic.Int32
 
 const tunConfig = `
-workloads:
-- uid: Kubernetes//Pod/demo/client
-  name: client
-  namespace: demo
-  serviceAccount: client
-  workloadIps: [{{.Client}}]
-  protocol: HBONE
-- uid: Kubernetes//Pod/demo/waypoint
+workloads:` + clientWorkload + `- uid: Kubernetes//Pod/demo/waypoint
   name: waypoint
   namespace: demo
   serviceAccount: waypoint

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"fmt"
 	"net"
 	"net/http"
 	"net/netip"
@@ -29,24 +28,12 @@ type fwdIPs struct {
 var nextFwdNet atomic.Int32
 
 func newFwdIPs() fwdIPs {
-	n := 10 + nextFwdNet.Add(1)
-	return fwdIPs{
-		Client:    fmt.Sprintf("127.84.%d.2", n),
-		Server:    fmt.Sprintf("127.84.%d.3", n),
-		Waypoint:  fmt.Sprintf("127.84.%d.10", n),
-		Forwarded: fmt.Sprintf("127.84.%d.9", n),
-	}
+	ip := subnet(84, 10, &nextFwdNet)
+	return fwdIPs{Client: ip(2), Server: ip(3), Waypoint: ip(10), Forwarded: ip(9)}
 }
 
 const fwdConfig = `
-workloads:
-- uid: Kubernetes//Pod/demo/client
-  name: client
-  namespace: demo
-  serviceAccount: client
-  workloadIps: [{{.Client}}]
-  protocol: HBONE
-- uid: Kubernetes//Pod/demo/waypoint
+workloads:` + clientWorkload + `- uid: Kubernetes//Pod/demo/waypoint
   name: waypoint
   namespace: demo
   serviceAccount: waypoint

@@ -18,14 +18,7 @@ import (
 // workloads with a hostname and no IPs: ext's resolves (IPv4 and IPv6),
 // gone's does not exist.
 const hostnameConfig = `
-workloads:
-- uid: Kubernetes//Pod/demo/client
-  name: client
-  namespace: demo
-  serviceAccount: client
-  workloadIps: [{{.Client}}]
-  protocol: HBONE
-  canonicalName: client
+workloads:` + clientWorkload + `  canonicalName: client
   canonicalRevision: v1
 - uid: demo/networking.istio.io/ServiceEntry/ext/backend.example.com
   name: ext

@@ -39,26 +39,31 @@ type meshIPs struct {
 var nextNet atomic.Int32
 
 func newIPs() meshIPs {
-	n := 100 + nextNet.Add(1)
-	return meshIPs{
-		Client:  fmt.Sprintf("127.77.%d.2", n),
-		Server:  fmt.Sprintf("127.77.%d.3", n),
-		Server2: fmt.Sprintf("127.77.%d.4", n),
-		Plain:   fmt.Sprintf("127.77.%d.9", n),
-	}
+	ip := subnet(77, 100, &nextNet)
+	return meshIPs{Client: ip(2), Server: ip(3), Server2: ip(4), Plain: ip(9)}
 }
 
-// baseConfig is a mesh like the demo: client and server speaking HBONE, a
-// service VIP in front of the server(s).
-const baseConfig = `
-workloads:
+// subnet takes the next /24 of 127.second.0.0/16 above first from next and
+// returns the address of a host in it.
+func subnet(second, first int32, next *atomic.Int32) func(host int) string {
+	n := first + next.Add(1)
+	return func(host int) string { return fmt.Sprintf("127.%d.%d.%d", second, n, host) }
+}
+
+// clientWorkload is the client workload of the test meshes, at .Client.
+const clientWorkload = `
 - uid: Kubernetes//Pod/demo/client
   name: client
   namespace: demo
   serviceAccount: client
   workloadIps: [{{.Client}}]
   protocol: HBONE
-  canonicalName: client
+`
+
+// baseConfig is a mesh like the demo: client and server speaking HBONE, a
+// service VIP in front of the server(s).
+const baseConfig = `
+workloads:` + clientWorkload + `  canonicalName: client
 - uid: Kubernetes//Pod/demo/server
   name: server
   namespace: demo
