@@ -10,10 +10,10 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -190,14 +190,15 @@ func TestDoubleHBONE(t *testing.T) {
 }
 
 // wantClosed connects to dst through the client proxy and checks the
-// connection is closed without a byte.
+// connection is reset without a byte: a failed outbound connection must not
+// read like an empty answer, even with none of its bytes unread (TESTPLAN 34).
 func wantClosed(t *testing.T, dst netip.AddrPort) {
 	t.Helper()
 	c := socksConnect(t, dst)
 	defer c.Close()
 	c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if n, err := c.Read(make([]byte, 1)); n != 0 || err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Errorf("connection to %s read %d, %v; want it closed", dst, n, err)
+	if n, err := c.Read(make([]byte, 1)); n != 0 || !errors.Is(err, syscall.ECONNRESET) {
+		t.Errorf("connection to %s read %d, %v; want it reset", dst, n, err)
 	}
 }
 

@@ -52,6 +52,11 @@ func unmap(ap netip.AddrPort) netip.AddrPort {
 func (p *Proxy) proxyOutbound(down net.Conn, dst netip.AddrPort) (net.Conn, func(relay.Result, error)) {
 	up, rec := p.openOutbound(down, dst)
 	if up == nil {
+		// The application's connection was accepted, so its end must not
+		// read like an empty answer: a reset, whether or not its first
+		// bytes are still unread (TESTPLAN 34). ztunnel's close resets only
+		// while some are.
+		abortLeg(down)
 		return nil, nil
 	}
 	return up, func(res relay.Result, err error) { rec.close(res.AToB, res.BToA, err) }
