@@ -134,7 +134,7 @@ type stream struct {
 	subscribed map[string]bool // type URLs requested
 	// onDemand holds the named (non-wildcard) subscriptions, by type URL.
 	onDemand map[string]*onDemand
-	node     string // NODE_NAME of the client's Node, once a request carried it
+	node     string           // NODE_NAME of the client's Node, once a request carried it
 	held     []*deltaResponse // answers kept back by HoldAnswers
 	events   *queue[event]
 }
