@@ -189,7 +189,10 @@ func fromGateway(values []string, local string) bool {
 // checks got, for logging.
 func (p *Proxy) checkConnect(s *hbone.ServerStream) (inboundRequest, *inboundError) {
 	conn := s.Conn()
-	req := inboundRequest{src: addrPortOf(conn.RemoteAddr()), l3dst: addrPortOf(conn.LocalAddr()), snap: p.cfg.Store.Snapshot()}
+	req := inboundRequest{src: addrPortOf(conn.RemoteAddr()), l3dst: addrPortOf(conn.LocalAddr())}
+	// The fetching happens here, so that the decision stays pure.
+	req.snap = p.fetchInbound(p.cfg.Store.Snapshot(), req.src, req.l3dst, s.Authority(),
+		fromGateway(s.Header().Values(headerForwardedNetwork), p.cfg.Network))
 	if v, ok := p.peers.Load(conn); ok { // always: handleInbound stored it
 		pr := v.(*peer)
 		req.srcID, req.srcPrincipal = pr.id, pr.principal

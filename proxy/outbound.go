@@ -75,6 +75,7 @@ func (p *Proxy) openOutbound(down net.Conn, dst netip.AddrPort) (net.Conn, *conn
 		p.connFailed(downAddr, dst, "outbound", errUnknownSource)
 		return nil, nil
 	}
+	snap = p.fetchOutbound(snap, src, dst)
 	r := router{snap: snap, network: p.cfg.Network}
 	rt, err := r.decide(src, downAddr.Addr(), dst)
 	if err == nil && rt.hostname != "" {

@@ -34,6 +34,7 @@ func (p *Proxy) acceptPlaintext(c net.Conn) (net.Conn, *connRecord, func(error) 
 		p.connFailed(src, dst, "inbound", errNoLocalWorkload)
 		return nil, nil, nil
 	}
+	snap = p.fetchPeer(snap, src) // ztunnel's inbound_passthrough fetches it
 	labels := trafficLabels{reporter: "destination", responseFlags: flagNone, securityPolicy: securityUnknown}
 	labels.setDestination(local)
 	labels.dstPrincipal = ""

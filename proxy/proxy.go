@@ -93,6 +93,10 @@ type Config struct {
 	Network string
 	// Store is the mesh state. Required.
 	Store *state.Store
+	// Demand, if non-nil, fetches an address the store does not hold from
+	// the control plane before a connection is decided (XDS_ON_DEMAND,
+	// SPEC §5.3; ondemand.go). Nil: a miss is final.
+	Demand state.Demander
 	// Certs issues the workload certificates. Required.
 	Certs CertSource
 	// Metrics records traffic metrics. Required.

@@ -89,6 +89,14 @@ type Config struct {
 	// ConnectTimeout bounds dialing and the TLS handshake. If zero, 5s is
 	// used.
 	ConnectTimeout time.Duration
+	// OnDemand subscribes to Address resources on demand (XDS_ON_DEMAND,
+	// SPEC §5.3): the initial Address request subscribes to nothing, and
+	// Demand fetches one name at a time. Authorization stays a wildcard
+	// subscription.
+	OnDemand bool
+	// DemandTimeout bounds how long Demand waits for istiod to answer. If
+	// zero, ConnectTimeout (or its 5s default) is used.
+	DemandTimeout time.Duration
 }
 
 func (c *Config) keepaliveTime() time.Duration {
@@ -110,6 +118,13 @@ func (c *Config) connectTimeout() time.Duration {
 		return defaultConnectTimeout
 	}
 	return c.ConnectTimeout
+}
+
+func (c *Config) demandTimeout() time.Duration {
+	if c.DemandTimeout <= 0 {
+		return c.connectTimeout()
+	}
+	return c.DemandTimeout
 }
 
 // Client is a delta ADS client (SPEC §5.1) that keeps a state.Store in step
@@ -137,11 +152,19 @@ type Client struct {
 
 	mu    sync.Mutex
 	acked map[string]bool // type URLs whose first ACK was sent; guarded by mu
-	ready chan struct{}   // closed when acked holds every subscribed type
+	ready chan struct{}   // closed when acked holds every wildcard type
+	// wildcard lists the types subscribed by wildcard, the ones readiness
+	// waits for: both, or only Authorization with OnDemand.
+	wildcard []string
 	// status is the stream's state for Status; guarded by mu.
 	status Status
 
 	held map[string]map[string]string // type URL → name → version; Run only
+
+	// sendMu serializes Send on the current stream: Run sends ACKs and
+	// Demand sends subscriptions (gRPC allows one sender at a time).
+	sendMu  sync.Mutex
+	demands demands // on-demand subscriptions (client_demand.go)
 }
 
 // NewClient checks cfg and returns a client; it does not connect.
@@ -178,13 +201,19 @@ func NewClient(cfg Config) (*Client, error) {
 	}
 	for _, t := range subscribedTypes {
 		c.held[t] = make(map[string]string)
+		if !(cfg.OnDemand && t == AddressTypeURL) {
+			c.wildcard = append(c.wildcard, t)
+		}
 	}
+	c.demands.init()
 	return c, nil
 }
 
 // Ready returns a channel that is closed once the first response of each
-// subscribed type has been applied and ACKed (SPEC §5.1). A response with a
-// rejected resource (NACK) does not count.
+// wildcard-subscribed type has been applied and ACKed (SPEC §5.1): with
+// OnDemand, Address is not waited for, as ztunnel's types_to_expect leaves
+// out on-demand types. A response with a rejected resource (NACK) does not
+// count.
 func (c *Client) Ready() <-chan struct{} { return c.ready }
 
 // Status is the state of the client's stream to istiod, for the admin live
@@ -227,7 +256,7 @@ func (c *Client) markAcked(typeURL string) {
 		return
 	}
 	c.acked[typeURL] = true
-	for _, t := range subscribedTypes {
+	for _, t := range c.wildcard {
 		if !c.acked[t] {
 			return
 		}
@@ -299,10 +328,25 @@ func (c *Client) runStream(ctx context.Context) streamResult {
 	if err != nil {
 		return streamResult{reasonConnectionError, err}
 	}
-	for _, req := range c.initialRequests() {
-		if err := stream.Send(req); err != nil {
-			return classifyStreamEnd(streamError(stream, err))
+	send := func(req *discoveryv3.DeltaDiscoveryRequest) error {
+		c.sendMu.Lock()
+		defer c.sendMu.Unlock()
+		return stream.Send(req)
+	}
+	// The initial requests go out before any demand can use the stream:
+	// Demand takes sendMu too, and finds the stream published only once
+	// sendMu is held here.
+	c.sendMu.Lock()
+	var sendErr error
+	for _, req := range c.initialRequests(send) {
+		if sendErr = stream.Send(req); sendErr != nil {
+			break
 		}
+	}
+	c.sendMu.Unlock()
+	defer c.endDemandStream()
+	if sendErr != nil {
+		return classifyStreamEnd(streamError(stream, sendErr))
 	}
 	c.log.Info("xds stream established", "address", c.cfg.Address)
 	c.setStatus(true, nil)
@@ -312,7 +356,7 @@ func (c *Client) runStream(ctx context.Context) streamResult {
 			return classifyStreamEnd(err)
 		}
 		req, ack := c.handleResponse(resp)
-		if err := stream.Send(req); err != nil {
+		if err := send(req); err != nil {
 			return classifyStreamEnd(streamError(stream, err))
 		}
 		if ack {
@@ -410,9 +454,15 @@ func (c *Client) dialOptions() []grpc.DialOption {
 	}
 }
 
-// initialRequests returns the first request of each subscribed type:
-// wildcard (no names), the Node, and the versions of the resources held.
-func (c *Client) initialRequests() []*discoveryv3.DeltaDiscoveryRequest {
+// initialRequests returns the first request of each subscribed type: the
+// Node and the versions of the resources held; wildcard (no names), or,
+// for Address with OnDemand, subscribe and unsubscribe "*" in one request
+// ("subscribe to nothing", ztunnel's construct_initial_request), with the
+// names demanded so far listed at version "" (ztunnel's
+// add_pending_resource), which istiod's deltaWatchedResources
+// (pilot/pkg/xds/delta.go) counts as subscribed. It publishes send as the
+// stream demands go out on (startDemandStream).
+func (c *Client) initialRequests(send func(*discoveryv3.DeltaDiscoveryRequest) error) []*discoveryv3.DeltaDiscoveryRequest {
 	node := c.cfg.Node
 	if node == nil {
 		node = &corev3.Node{}
@@ -425,6 +475,11 @@ func (c *Client) initialRequests() []*discoveryv3.DeltaDiscoveryRequest {
 			for name, v := range held {
 				req.InitialResourceVersions[name] = v
 			}
+		}
+		if c.cfg.OnDemand && t == AddressTypeURL {
+			req.ResourceNamesSubscribe = []string{"*"}
+			req.ResourceNamesUnsubscribe = []string{"*"}
+			c.startDemandStream(req, send)
 		}
 		reqs = append(reqs, req)
 	}

@@ -49,6 +49,10 @@ func (c *Client) handleResponse(resp *discoveryv3.DeltaDiscoveryResponse) (req *
 		c.log.Warn("xds NACK", "type", typeURL, "nonce", resp.GetNonce(), "error", msg)
 		return req, false
 	}
+	var answered []*demandWait
+	if c.cfg.OnDemand && typeURL == AddressTypeURL {
+		answered = c.matchDemands(resp)
+	}
 	var good []decoded
 	var rejects []rejection
 	restoreGC := relaxGC(len(resp.GetResources()) + len(resp.GetRemovedResources()))
@@ -57,6 +61,9 @@ func (c *Client) handleResponse(resp *discoveryv3.DeltaDiscoveryResponse) (req *
 		rejects = c.apply(typeURL, held, good, resp.GetRemovedResources(), rejects)
 	})
 	restoreGC()
+	// After the store has the response, as ztunnel notifies its demanders
+	// only once the handlers ran (HandlerWrapper::handle).
+	releaseDemands(answered)
 	c.log.Debug("xds response applied", "type", typeURL, "nonce", resp.GetNonce(),
 		"resources", len(resp.GetResources()), "removed", len(resp.GetRemovedResources()), "rejected", len(rejects))
 	if len(rejects) == 0 {

@@ -20,3 +20,14 @@ func AddressFromProto(a *workloadapi.Address) (w *state.Workload, s *state.Servi
 func WorkloadFromProto(p *workloadapi.Workload) (*state.Workload, error) {
 	return workloadFromProtoIn(p, nil)
 }
+
+// DemandWaiters returns how many Demand calls wait for key's pending
+// answer (0 when none is pending).
+func DemandWaiters(c *Client, key string) int {
+	c.demands.mu.Lock()
+	defer c.demands.mu.Unlock()
+	if w, ok := c.demands.pending[key]; ok {
+		return w.waiters
+	}
+	return 0
+}

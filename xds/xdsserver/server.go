@@ -7,7 +7,10 @@
 // client reports unchanged in initial_resource_versions, and removals for
 // the names the client reports that the server no longer has (as istiod
 // does). Later Push and Remove calls update the set and are sent to every
-// stream subscribed to that type, each response with a fresh nonce. Every
+// stream subscribed to that type, each response with a fresh nonce. A
+// stream that subscribes to names rather than by wildcard (on-demand, as
+// ztunnel's XDS_ON_DEMAND does) is answered as istiod answers it: see
+// ondemand.go. Every
 // request the server receives (initial requests, ACKs, NACKs) is available
 // on Requests for inspection.
 //
@@ -74,6 +77,7 @@ type Server struct {
 	opened    int           // streams opened so far
 	metadata  []metadata.MD // incoming metadata of each stream opened
 	nonce     uint64        // last nonce issued
+	holding   bool          // HoldAnswers is on
 	version   uint64        // last version issued
 }
 
@@ -186,7 +190,10 @@ func (s *Server) Push(typeURL string, resources ...*discoveryv3.Resource) (nonce
 		set[r.GetName()] = r
 		out[i] = r
 	}
-	return s.broadcastLocked(typeURL, &discoveryv3.DeltaDiscoveryResponse{TypeUrl: typeURL, Resources: out})
+	resp := &discoveryv3.DeltaDiscoveryResponse{TypeUrl: typeURL, Resources: out}
+	return s.broadcastLocked(typeURL, resp, func(st *stream) *deltaResponse {
+		return s.onDemandPushLocked(st, typeURL, out, resp.Nonce)
+	})
 }
 
 // Remove deletes the named resources of typeURL (names the server does not
@@ -198,8 +205,18 @@ func (s *Server) Remove(typeURL string, names ...string) (nonce string) {
 	for _, n := range names {
 		delete(s.resources[typeURL], n)
 	}
-	return s.broadcastLocked(typeURL, &discoveryv3.DeltaDiscoveryResponse{
-		TypeUrl: typeURL, RemovedResources: slices.Clone(names),
+	resp := &discoveryv3.DeltaDiscoveryResponse{TypeUrl: typeURL, RemovedResources: slices.Clone(names)}
+	return s.broadcastLocked(typeURL, resp, func(st *stream) *deltaResponse {
+		var subscribed []string
+		for _, n := range names {
+			if _, ok := st.onDemand[typeURL].names[n]; ok {
+				subscribed = append(subscribed, n)
+			}
+		}
+		if len(subscribed) == 0 {
+			return nil
+		}
+		return &discoveryv3.DeltaDiscoveryResponse{TypeUrl: typeURL, Nonce: resp.Nonce, RemovedResources: subscribed}
 	})
 }
 
@@ -241,6 +258,25 @@ func (s *Server) CloseStreams(err error) {
 	}
 }
 
+// HoldAnswers, when on, keeps back the answers to requests (initial and
+// on-demand ones) while the streams stay healthy and pushes still flow, as
+// an istiod that is slow to answer; turning it off sends what was kept, in
+// order.
+func (s *Server) HoldAnswers(on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.holding = on
+	if on {
+		return
+	}
+	for st := range s.streams {
+		for _, r := range st.held {
+			st.events.push(event{resp: r})
+		}
+		st.held = nil
+	}
+}
+
 // Blackhole, when on, makes every connection, open or new, drop all bytes
 // in both directions while staying open: no responses, no PING acks, no TLS
 // handshakes. Turning it off closes the connections that dropped bytes
@@ -248,12 +284,20 @@ func (s *Server) CloseStreams(err error) {
 func (s *Server) Blackhole(on bool) { s.lis.setBlackhole(on) }
 
 // broadcastLocked queues resp, with a fresh nonce, on every stream
-// subscribed to typeURL, and returns the nonce.
-func (s *Server) broadcastLocked(typeURL string, resp *discoveryv3.DeltaDiscoveryResponse) string {
+// subscribed to typeURL by wildcard, and what named(st) returns (with the
+// same nonce; nothing if nil) on every stream subscribed to it by name. It
+// returns the nonce.
+func (s *Server) broadcastLocked(typeURL string, resp *discoveryv3.DeltaDiscoveryResponse, named func(st *stream) *deltaResponse) string {
 	resp.Nonce = s.nextNonceLocked()
 	for st := range s.streams {
-		if st.subscribed[typeURL] {
+		switch {
+		case !st.subscribed[typeURL]:
+		case st.onDemand[typeURL] == nil:
 			st.events.push(event{resp: resp})
+		default:
+			if r := named(st); r != nil {
+				st.events.push(event{resp: r})
+			}
 		}
 	}
 	return resp.Nonce

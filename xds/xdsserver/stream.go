@@ -33,7 +33,7 @@ func (a *adsService) StreamAggregatedResources(grpc.BidiStreamingServer[discover
 // sender and handles its events in order.
 func (a *adsService) DeltaAggregatedResources(ds deltaStream) error {
 	s := (*Server)(a)
-	st := &stream{subscribed: make(map[string]bool), events: newQueue[event]()}
+	st := &stream{subscribed: make(map[string]bool), onDemand: make(map[string]*onDemand), events: newQueue[event]()}
 	md, _ := metadata.FromIncomingContext(ds.Context())
 	s.mu.Lock()
 	s.opened++
@@ -91,21 +91,52 @@ func (s *Server) receive(ds deltaStream, st *stream) {
 }
 
 // answer returns the initial response if req is the stream's first request
-// for its type, and nil for ACKs, NACKs and later requests.
+// for its type, the answer to a later request that changes a named
+// subscription (ondemand.go), and nil for ACKs, NACKs and other requests.
 func (s *Server) answer(st *stream, req *deltaRequest) *deltaResponse {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if req.GetResponseNonce() != "" || st.subscribed[req.GetTypeUrl()] {
+	if st.node == "" {
+		st.node = nodeName(req)
+	}
+	if req.GetResponseNonce() != "" {
 		return nil
 	}
-	st.subscribed[req.GetTypeUrl()] = true
-	return s.initialResponseLocked(req)
+	resp := s.answerLocked(st, req)
+	if resp != nil && s.holding {
+		st.held = append(st.held, resp)
+		return nil
+	}
+	return resp
 }
 
-// stream is one open DeltaAggregatedResources call.
+// answerLocked is answer for a request with no nonce.
+func (s *Server) answerLocked(st *stream, req *deltaRequest) *deltaResponse {
+	typeURL := req.GetTypeUrl()
+	if !st.subscribed[typeURL] {
+		st.subscribed[typeURL] = true
+		if isWildcard(req) {
+			return s.initialResponseLocked(req)
+		}
+		st.onDemand[typeURL] = &onDemand{names: requested(req)}
+		return s.onDemandAnswerLocked(st, typeURL, requested(req), req.GetInitialResourceVersions())
+	}
+	sub := st.onDemand[typeURL]
+	if sub == nil || !sub.subscribe(req) {
+		return nil
+	}
+	return s.onDemandAnswerLocked(st, typeURL, requested(req), nil)
+}
+
+// stream is one open DeltaAggregatedResources call. Its fields are guarded
+// by Server.mu.
 type stream struct {
-	subscribed map[string]bool // type URLs requested; guarded by Server.mu
-	events     *queue[event]
+	subscribed map[string]bool // type URLs requested
+	// onDemand holds the named (non-wildcard) subscriptions, by type URL.
+	onDemand map[string]*onDemand
+	node     string           // NODE_NAME of the client's Node, once a request carried it
+	held     []*deltaResponse // answers kept back by HoldAnswers
+	events   *queue[event]
 }
 
 // event is something for a stream's handler to do; exactly one field set

@@ -55,8 +55,9 @@ type Config struct {
 	DrainDeadline   time.Duration     `json:"drainDeadline"`
 	LocalXDSPath    string            `json:"localXDSPath"`
 	LocalXDS        string            `json:"localXDS"`
-	Meta            map[string]string `json:"meta"`     // ISTIO_META_* (prefix stripped)
-	MetaJSON        map[string]any    `json:"metaJSON"` // ISTIO_METAJSON_*
+	XDSOnDemand     bool              `json:"xdsOnDemand"` // XDS_ON_DEMAND
+	Meta            map[string]string `json:"meta"`        // ISTIO_META_* (prefix stripped)
+	MetaJSON        map[string]any    `json:"metaJSON"`    // ISTIO_METAJSON_*
 	IstioVersion    string            `json:"istioVersion"`
 
 	PoolMaxStreams  int           `json:"poolMaxStreams"`
@@ -218,10 +219,12 @@ func load(environ []string, meshPath string) (Config, error) {
 	if l.boolean("FAKE_CA", false) {
 		l.fail("FAKE_CA", "gozt has no insecure fake CA; certificates always come from CA_ADDRESS")
 	}
-	// istiod answers on-demand (non-wildcard delta) Address subscriptions,
-	// but gozt's xDS client subscribes by wildcard only (SPEC §5.3).
-	if l.boolean("XDS_ON_DEMAND", false) {
-		l.fail("XDS_ON_DEMAND", "on-demand xDS is not supported yet")
+	// On-demand Address subscriptions (SPEC §5.3); ztunnel's
+	// validate_config (src/config.rs) refuses them with its DNS proxy,
+	// which answers from the full set of services.
+	c.XDSOnDemand = l.boolean("XDS_ON_DEMAND", false)
+	if c.XDSOnDemand && c.DNSCapture {
+		l.fail("XDS_ON_DEMAND", "the DNS proxy (ISTIO_META_DNS_CAPTURE, on by default) does not support on-demand mode; set ISTIO_META_DNS_CAPTURE=false")
 	}
 	return c, l.err
 }

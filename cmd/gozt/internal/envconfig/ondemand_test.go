@@ -6,23 +6,30 @@ import (
 	"testing"
 )
 
-// TestXDSOnDemand: XDS_ON_DEMAND=true stops start-up with one line naming
-// it, as gozt's xDS client has no on-demand subscriptions (SPEC §5.3);
-// false, or unset, is ztunnel's default and starts.
+// TestXDSOnDemand: XDS_ON_DEMAND=true is accepted with the DNS proxy off,
+// and refused with one line naming both when the DNS proxy is on, which
+// it is by default (ztunnel's validate_config); false, or unset, is
+// ztunnel's default.
 func TestXDSOnDemand(t *testing.T) {
+	const both = "invalid environment: XDS_ON_DEMAND: the DNS proxy (ISTIO_META_DNS_CAPTURE, on by default) does not support on-demand mode; set ISTIO_META_DNS_CAPTURE=false"
 	for _, tc := range []struct {
-		env     []string
-		wantErr string
+		env      []string
+		wantErr  string
+		onDemand bool
 	}{
-		{nil, ""},
-		{[]string{"XDS_ON_DEMAND=false"}, ""},
-		{[]string{"XDS_ON_DEMAND=true"}, "invalid environment: XDS_ON_DEMAND: on-demand xDS is not supported yet"},
-		{[]string{"XDS_ON_DEMAND=sure"}, `invalid environment: XDS_ON_DEMAND: not a boolean: "sure"`},
+		{nil, "", false},
+		{[]string{"XDS_ON_DEMAND=false"}, "", false},
+		{[]string{"XDS_ON_DEMAND=true", "ISTIO_META_DNS_CAPTURE=false"}, "", true},
+		{[]string{"XDS_ON_DEMAND=true"}, both, false},
+		{[]string{"XDS_ON_DEMAND=true", "ISTIO_META_DNS_CAPTURE=true"}, both, false},
+		{[]string{"XDS_ON_DEMAND=sure", "ISTIO_META_DNS_CAPTURE=false"}, `invalid environment: XDS_ON_DEMAND: not a boolean: "sure"`, false},
 	} {
-		_, err := Load(tc.env)
+		c, err := Load(tc.env)
 		if tc.wantErr == "" {
 			if err != nil {
 				t.Errorf("Load(%q) = %v, want no error", tc.env, err)
+			} else if c.XDSOnDemand != tc.onDemand {
+				t.Errorf("Load(%q).XDSOnDemand = %v, want %v", tc.env, c.XDSOnDemand, tc.onDemand)
 			}
 			continue
 		}

@@ -249,6 +249,9 @@ func (n *Node) buildControlPlane() error {
 		Store:   n.store,
 		Logger:  n.log.With("scope", "xds"),
 		Metrics: n.registry,
+		// XDS_ON_DEMAND; a demand waits at most the xDS connect
+		// timeout (xds.Config.DemandTimeout).
+		OnDemand: env.XDSOnDemand,
 	})
 	if err != nil {
 		return fmt.Errorf("XDS_ADDRESS: %w", err)
@@ -369,10 +372,15 @@ func (n *Node) proxyConfig(find func(*state.Snapshot) *state.Workload) proxy.Con
 			spoof = proxy.SpoofRequired
 		}
 	}
+	var demand state.Demander
+	if env.XDSOnDemand && n.xds != nil {
+		demand = n.xds
+	}
 	return proxy.Config{
 		Local:        find,
 		Network:      env.Network,
 		Store:        n.store,
+		Demand:       demand,
 		Certs:        ownCerts{certs: n.certs, store: n.store, local: find},
 		Metrics:      n.metrics,
 		ConnMgr:      n.connmgr,
