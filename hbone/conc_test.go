@@ -68,33 +68,10 @@ func TestStalledReadersDoNotStallOthers(t *testing.T) {
 		echoHandler(s)
 	}, pairOpts{srv: small, cli: small})
 
-	const stalled = 3
 	var writers sync.WaitGroup
-	var stalledStreams []*ClientStream
-	for range stalled {
-		s, err := p.cc.Connect(context.Background(), "10.0.0.1:80", http.Header{"Mode": {"stall"}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		stalledStreams = append(stalledStreams, s)
-		writers.Add(1)
-		go func() {
-			defer writers.Done()
-			s.Write(make([]byte, 1<<20)) // blocks once the window is spent
-		}()
-	}
+	stalledStreams := openStalled(t, p, 3, 1<<20, &writers)
 	// Let the stalled streams fill their windows.
-	waitFor(t, func() bool {
-		for _, s := range stalledStreams {
-			s.mu.Lock()
-			w := s.sendWin
-			s.mu.Unlock()
-			if w > 0 {
-				return false
-			}
-		}
-		return true
-	}, "stalled streams to spend their windows")
+	waitFor(t, func() bool { return windowsSpent(p, stalledStreams) }, "stalled streams to spend their windows")
 
 	for i := range 4 {
 		s, err := p.cc.Connect(context.Background(), "10.0.0.1:80", nil)
@@ -474,36 +451,8 @@ func TestMultiplexStalledStreams(t *testing.T) {
 	}, pairOpts{})
 
 	var writers sync.WaitGroup
-	var stalledStreams []*ClientStream
-	for range stalled {
-		s, err := p.cc.Connect(context.Background(), "10.0.0.1:80", http.Header{"Mode": {"stall"}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		stalledStreams = append(stalledStreams, s)
-		writers.Add(1)
-		go func() {
-			defer writers.Done()
-			s.Write(make([]byte, 4<<20)) // blocks once the stream's window is spent
-		}()
-	}
-	waitFor(t, func() bool {
-		p.cc.c.mu.Lock()
-		connWin := p.cc.c.sendWin
-		p.cc.c.mu.Unlock()
-		if connWin <= 0 {
-			return true // the stalled streams took the whole connection window
-		}
-		for _, s := range stalledStreams {
-			s.mu.Lock()
-			w := s.sendWin
-			s.mu.Unlock()
-			if w > 0 {
-				return false
-			}
-		}
-		return true
-	}, "the stalled streams to spend their windows")
+	stalledStreams := openStalled(t, p, stalled, 4<<20, &writers)
+	waitFor(t, func() bool { return windowsSpent(p, stalledStreams) }, "the stalled streams to spend their windows")
 
 	results := make(chan error, active)
 	for i := range active {
@@ -566,4 +515,44 @@ func TestStreamWindowGrows(t *testing.T) {
 	if w[0] != defaultConnWindow/32 || w[1] != defaultStreamWindow {
 		t.Errorf("stream window started at %d and ended at %d, want %d then %d", w[0], w[1], defaultConnWindow/32, defaultStreamWindow)
 	}
+}
+
+// openStalled opens n streams with header Mode: stall, each with a writer of
+// size bytes in writers that blocks once the stream's window is spent.
+func openStalled(t *testing.T, p *testPair, n, size int, writers *sync.WaitGroup) []*ClientStream {
+	t.Helper()
+	var streams []*ClientStream
+	for range n {
+		s, err := p.cc.Connect(context.Background(), "10.0.0.1:80", http.Header{"Mode": {"stall"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		streams = append(streams, s)
+		writers.Add(1)
+		go func() {
+			defer writers.Done()
+			s.Write(make([]byte, size))
+		}()
+	}
+	return streams
+}
+
+// windowsSpent reports whether every one of streams has spent its send
+// window, or together they spent the connection's.
+func windowsSpent(p *testPair, streams []*ClientStream) bool {
+	p.cc.c.mu.Lock()
+	connWin := p.cc.c.sendWin
+	p.cc.c.mu.Unlock()
+	if connWin <= 0 {
+		return true
+	}
+	for _, s := range streams {
+		s.mu.Lock()
+		w := s.sendWin
+		s.mu.Unlock()
+		if w > 0 {
+			return false
+		}
+	}
+	return true
 }
