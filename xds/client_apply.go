@@ -104,6 +104,9 @@ func nackMessage(rejects []rejection) string {
 func (c *Client) apply(typeURL string, held map[string]string, ok []decoded, removed []string, rejects []rejection) []rejection {
 	refused := make([]bool, len(ok))
 	c.cfg.Store.Update(func(b *state.Batch) {
+		if typeURL == AddressTypeURL {
+			b.Reserve(len(ok))
+		}
 		for _, name := range removed {
 			if _, ours := held[name]; !ours {
 				// Never received, or put there by another source (the
@@ -121,7 +124,8 @@ func (c *Client) apply(typeURL string, held map[string]string, ok []decoded, rem
 			var err error
 			switch {
 			case d.w != nil:
-				err = b.InsertWorkload(d.w)
+				// Made by the decoder for the store alone.
+				err = b.AdoptWorkload(d.w)
 			case d.s != nil:
 				err = b.InsertService(d.s)
 			default:
@@ -138,6 +142,16 @@ func (c *Client) apply(typeURL string, held map[string]string, ok []decoded, rem
 	})
 	for _, name := range removed {
 		delete(held, name)
+	}
+	if len(ok) > len(held)/8 && len(ok) >= relaxGCMin {
+		// Sized once for a large push, rather than grown step by step.
+		// held is the map of c.held, so it is replaced there.
+		grown := make(map[string]string, len(held)+len(ok))
+		for k, v := range held {
+			grown[k] = v
+		}
+		held = grown
+		c.held[typeURL] = held
 	}
 	for i, d := range ok {
 		if !refused[i] {
@@ -163,7 +177,7 @@ func decodeResources(resp *discoveryv3.DeltaDiscoveryResponse) (ok []decoded, re
 	rs := resp.GetResources()
 	ok = make([]decoded, 0, len(rs))
 	seen := make(map[string]struct{}, len(rs))
-	in := newInterner()
+	c := newDecodeCache()
 	for i, r := range rs {
 		rs[i] = nil
 		name := r.GetName()
@@ -171,7 +185,7 @@ func decodeResources(resp *discoveryv3.DeltaDiscoveryResponse) (ok []decoded, re
 			rejects = append(rejects, rejection{name, errors.New("duplicate resource name in one response")})
 			continue
 		}
-		d, err := decodeResource(typeURL, r, in)
+		d, err := decodeResource(typeURL, r, c)
 		if err != nil {
 			seen[name] = struct{}{}
 			rejects = append(rejects, rejection{name, err})
@@ -185,10 +199,13 @@ func decodeResources(resp *discoveryv3.DeltaDiscoveryResponse) (ok []decoded, re
 	return ok, rejects
 }
 
-// decodeResource decodes and converts one resource of type typeURL.
-// Strings that many resources share are taken from in.
-func decodeResource(typeURL string, r *discoveryv3.Resource, in interner) (decoded, error) {
-	d := decoded{name: r.GetName(), version: in.str(r.GetVersion())}
+// decodeResource decodes and converts one resource of type typeURL. Values
+// that many resources share are taken from c. A workload is read by the
+// fast decoder when it can (decode_fast.go), and otherwise, as every
+// service and every invalid resource, by proto.Unmarshal and the
+// converters.
+func decodeResource(typeURL string, r *discoveryv3.Resource, c *decodeCache) (decoded, error) {
+	d := decoded{name: r.GetName(), version: c.in.str(r.GetVersion())}
 	payload := r.GetResource()
 	switch {
 	case payload == nil:
@@ -199,12 +216,16 @@ func decodeResource(typeURL string, r *discoveryv3.Resource, in interner) (decod
 	var key string
 	switch typeURL {
 	case AddressTypeURL:
+		if w, ok := c.workload(payload.GetValue(), d.name); ok {
+			d.w = w
+			return d, nil
+		}
 		var a workloadapi.Address
 		if err := proto.Unmarshal(payload.GetValue(), &a); err != nil {
 			return d, fmt.Errorf("decode: %w", err)
 		}
 		var err error
-		if d.w, d.s, err = addressFromProto(&a, in); err != nil {
+		if d.w, d.s, err = addressFromProto(&a, c.in); err != nil {
 			return d, err
 		}
 		if d.w != nil {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/metrics"
 	"slices"
 	"strings"
 	"testing"
@@ -23,7 +24,7 @@ import (
 
 // benchPush builds one Address response with the given numbers of
 // workloads (each an endpoint of one service) and services.
-func benchPush(b *testing.B, workloads, services int) *discoveryv3.DeltaDiscoveryResponse {
+func benchPush(b testing.TB, workloads, services int) *discoveryv3.DeltaDiscoveryResponse {
 	resp := &discoveryv3.DeltaDiscoveryResponse{TypeUrl: AddressTypeURL, Nonce: "n"}
 	add := func(name string, a *workloadapi.Address) {
 		payload, err := anypb.New(a)
@@ -79,6 +80,7 @@ func benchmarkApplyPush(b *testing.B, workloads, services int) {
 	b.ReportAllocs()
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
+	var gcs uint64
 	b.ResetTimer()
 	for b.Loop() {
 		st := state.NewStore(state.Config{})
@@ -86,15 +88,26 @@ func benchmarkApplyPush(b *testing.B, workloads, services int) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		g := gcCycles()
 		if req, ack := c.handleResponse(reusable(resp)); !ack {
 			b.Fatalf("NACK: %s", req.GetErrorDetail().GetMessage())
 		}
+		gcs += gcCycles() - g
 	}
 	b.StopTimer()
 	runtime.ReadMemStats(&after)
 	n := float64(b.N) * float64(workloads)
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/n, "ns/workload")
 	b.ReportMetric(float64(after.TotalAlloc-before.TotalAlloc)/n, "B/workload")
+	b.ReportMetric(float64(after.Mallocs-before.Mallocs)/n, "allocs/workload")
+	b.ReportMetric(float64(gcs)/float64(b.N), "gc/op")
+}
+
+// gcCycles returns the number of garbage collections completed so far.
+func gcCycles() uint64 {
+	s := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
 }
 
 // BenchmarkApplyPush10k: 10,000 workloads and 1,000 services in one
@@ -163,6 +176,7 @@ func BenchmarkNetDuringPush100k(b *testing.B) {
 	}
 	defer l.Close()
 	var worst time.Duration
+	var gcs uint64
 	for b.Loop() {
 		// A response of its own, referenced only by handleResponse, as
 		// a received one is.
@@ -202,9 +216,11 @@ func BenchmarkNetDuringPush100k(b *testing.B) {
 			}
 		}()
 		time.Sleep(20 * time.Millisecond) // the prober's first round trips
+		g := gcCycles()
 		if req, ack := c.handleResponse(resp); !ack {
 			b.Fatalf("NACK: %s", req.GetErrorDetail().GetMessage())
 		}
+		gcs += gcCycles() - g
 		stdin.Close()
 		if err := cmd.Wait(); err != nil {
 			b.Fatalf("prober: %v", err)
@@ -218,6 +234,7 @@ func BenchmarkNetDuringPush100k(b *testing.B) {
 		worst = max(worst, time.Duration(ns))
 	}
 	b.ReportMetric(float64(worst.Nanoseconds()), "max-rtt-ns")
+	b.ReportMetric(float64(gcs)/float64(b.N), "gc/op")
 }
 
 // TestHelperProber is the prober process of BenchmarkNetDuringPush100k, and

@@ -124,7 +124,13 @@ func workloadFromProto(p *workloadapi.Workload, in interner) (*state.Workload, e
 // workloadEnumsFromProto sets w's enum fields from p, rejecting values the
 // proto does not define (proto3 enums are open: any int32 decodes).
 func workloadEnumsFromProto(p *workloadapi.Workload, w *state.Workload) error {
-	switch p.GetTunnelProtocol() {
+	return workloadEnums(p.GetTunnelProtocol(), p.GetWorkloadType(), p.GetStatus(), p.GetNetworkMode(), w)
+}
+
+// workloadEnums sets w's enum fields from a workload's values (see
+// workloadEnumsFromProto).
+func workloadEnums(tp workloadapi.TunnelProtocol, wt workloadapi.WorkloadType, st workloadapi.WorkloadStatus, nm workloadapi.NetworkMode, w *state.Workload) error {
+	switch tp {
 	case workloadapi.TunnelProtocol_NONE:
 		w.Protocol = state.TunnelNone
 	case workloadapi.TunnelProtocol_HBONE:
@@ -132,19 +138,16 @@ func workloadEnumsFromProto(p *workloadapi.Workload, w *state.Workload) error {
 	case workloadapi.TunnelProtocol_LEGACY_ISTIO_MTLS:
 		return errors.New("tunnel_protocol LEGACY_ISTIO_MTLS is not supported")
 	default:
-		return fmt.Errorf("unknown tunnel_protocol %d", p.GetTunnelProtocol())
+		return fmt.Errorf("unknown tunnel_protocol %d", tp)
 	}
-	wt := p.GetWorkloadType()
 	if wt < workloadapi.WorkloadType_DEPLOYMENT || wt > workloadapi.WorkloadType_JOB {
 		return fmt.Errorf("unknown workload_type %d", wt)
 	}
 	w.WorkloadType = state.WorkloadType(wt)
-	st := p.GetStatus()
 	if st != workloadapi.WorkloadStatus_HEALTHY && st != workloadapi.WorkloadStatus_UNHEALTHY {
 		return fmt.Errorf("unknown status %d", st)
 	}
 	w.Status = state.HealthStatus(st)
-	nm := p.GetNetworkMode()
 	if nm != workloadapi.NetworkMode_STANDARD && nm != workloadapi.NetworkMode_HOST_NETWORK {
 		return fmt.Errorf("unknown network_mode %d", nm)
 	}

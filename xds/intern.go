@@ -31,3 +31,20 @@ func (in interner) strs(ss []string) []string {
 	}
 	return ss
 }
+
+// bytes returns the interned copy of string(b), allocating a string only
+// when b is new.
+func (in interner) bytes(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	if in == nil {
+		return string(b)
+	}
+	if c, ok := in[string(b)]; ok {
+		return c
+	}
+	s := string(b)
+	in[s] = s
+	return s
+}

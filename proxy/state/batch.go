@@ -49,6 +49,10 @@ type Batch struct {
 	globalDirty bool
 	globalAdded []*rbac.Policy
 	dropped     map[*rbac.Policy]bool
+
+	// reserve is the number of workloads the caller expects to insert
+	// (Reserve): the workload tables are copied with room for them.
+	reserve int
 }
 
 func newBatch(base *Snapshot) *Batch {
@@ -86,11 +90,52 @@ func (b *Batch) commit() *Snapshot {
 	b.next.gen = b.base.gen + 1
 	b.next.changes = Changes{
 		Reset:     b.reset,
-		Workloads: slices.Sorted(maps.Keys(b.chWorkloads)),
-		Services:  slices.Sorted(maps.Keys(b.dirty)),
-		Policies:  slices.Sorted(maps.Keys(b.chPolicies)),
+		Workloads: sortedKeys(b.chWorkloads),
+		Services:  sortedKeys(b.dirty),
+		Policies:  sortedKeys(b.chPolicies),
 	}
 	return b.next
+}
+
+// sortedKeys returns m's keys in order, or nil if m is empty.
+func sortedKeys(m map[string]bool) []string {
+	if len(m) == 0 {
+		return nil
+	}
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}
+
+// Reserve tells the batch that about n workloads are about to be inserted,
+// so that the workload tables it copies (the first change to each copies
+// it) are sized for them once, rather than grown step by step: growing a
+// table leaves its earlier, smaller copies behind for the garbage
+// collector. It is a hint, with no effect on the result; a table already
+// copied in this batch is not resized.
+func (b *Batch) Reserve(n int) {
+	b.checkOpen()
+	b.reserve = max(b.reserve, n)
+	if len(b.chWorkloads) == 0 && n > 0 {
+		b.chWorkloads = make(map[string]bool, n)
+	}
+}
+
+// cloneFor copies m with room for extra more entries. A small extra (under
+// an eighth of m) is left to the map's own growth, since copying entry by
+// entry is slower than maps.Clone's copy of the whole table.
+func cloneFor[M ~map[K]V, K comparable, V any](m M, extra int) M {
+	if extra <= len(m)/8 {
+		return maps.Clone(m)
+	}
+	c := make(M, len(m)+extra)
+	for k, v := range m {
+		c[k] = v
+	}
+	return c
 }
 
 // Reset removes every workload, service, policy and staged endpoint, so that
@@ -120,11 +165,30 @@ func (b *Batch) Reset() {
 // addresses normalised (Unmap); w's maps and slices are shared, so the
 // caller must not modify them afterwards.
 func (b *Batch) InsertWorkload(w *Workload) error {
+	return b.insertWorkload(w, false)
+}
+
+// AdoptWorkload is InsertWorkload for a workload made for the store alone
+// (the xDS decoder's): the store keeps w itself, with its addresses
+// normalised in place, rather than a copy, so the caller must neither use
+// nor modify w afterwards. w's maps, slices and gateways may be shared with
+// other workloads; none of them is modified. If w is invalid it returns an
+// error and w is unchanged.
+func (b *Batch) AdoptWorkload(w *Workload) error {
+	return b.insertWorkload(w, true)
+}
+
+func (b *Batch) insertWorkload(w *Workload, adopt bool) error {
 	b.checkOpen()
 	if err := validateWorkload(w); err != nil {
 		return err
 	}
-	wc := normalizeWorkload(w)
+	var wc *Workload
+	if adopt {
+		wc = normalizeWorkloadInPlace(w)
+	} else {
+		wc = normalizeWorkload(w)
+	}
 	old := b.next.workloads[wc.UID]
 	b.ownWorkloadTable()
 	b.next.workloads[wc.UID] = wc
@@ -265,7 +329,7 @@ func (b *Batch) Snapshot() *Snapshot {
 
 func (b *Batch) ownWorkloadTable() {
 	if !b.ownWorkloads {
-		b.next.workloads = maps.Clone(b.next.workloads)
+		b.next.workloads = cloneFor(b.next.workloads, b.reserve)
 		b.ownWorkloads = true
 	}
 }
@@ -295,7 +359,8 @@ func compareByIPPreference(a, b *Workload) int {
 func ipIndexed(w *Workload) bool { return w != nil && w.NetworkMode != NetworkHost }
 
 func (b *Batch) reindexWorkloadIPs(old, w *Workload) {
-	var keys []ipKey
+	var buf [4]ipKey // room for the usual few addresses, off the heap
+	keys := buf[:0]
 	if ipIndexed(old) {
 		for _, a := range old.Addresses {
 			keys = append(keys, ipKey{old.Network, a})
@@ -310,7 +375,7 @@ func (b *Batch) reindexWorkloadIPs(old, w *Workload) {
 		return
 	}
 	if !b.ownByIP {
-		b.next.byIP = maps.Clone(b.next.byIP)
+		b.next.byIP = cloneFor(b.next.byIP, b.reserve)
 		b.ownByIP = true
 	}
 	for i, k := range keys {
@@ -345,7 +410,7 @@ func (b *Batch) reindexIP(k ipKey, old, w *Workload) {
 // index.
 func (b *Batch) reindexWorkloadName(old, w *Workload) {
 	if !b.ownByName {
-		b.next.byName = maps.Clone(b.next.byName)
+		b.next.byName = cloneFor(b.next.byName, b.reserve)
 		b.ownByName = true
 	}
 	if old != nil {

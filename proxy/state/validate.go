@@ -143,6 +143,20 @@ func normalizeWorkload(w *Workload) *Workload {
 	return &c
 }
 
+// normalizeWorkloadInPlace is normalizeWorkload for a workload the store
+// adopts: it changes w's own fields and returns w. Shared slices and
+// gateways are replaced, never modified.
+func normalizeWorkloadInPlace(w *Workload) *Workload {
+	w.Addresses = unmapAll(w.Addresses)
+	if w.Waypoint != nil {
+		w.Waypoint = normalizeGateway(w.Waypoint)
+	}
+	if w.NetworkGateway != nil {
+		w.NetworkGateway = normalizeGateway(w.NetworkGateway)
+	}
+	return w
+}
+
 // normalizeService returns a shallow copy of s with addresses unmapped and
 // CIDRs masked; Endpoints is cleared (the store fills it).
 func normalizeService(s *Service) *Service {
