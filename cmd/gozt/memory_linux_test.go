@@ -364,7 +364,7 @@ func TestMemoryPressure(t *testing.T) {
 		}
 	}()
 	var refused, hung atomic.Int64
-	var firstErr atomic.Value
+	var firstErr atomic.Pointer[error]
 	start := time.Now()
 	for len(idle) < maxIdle && refused.Load() < 200 {
 		batch := make([]net.Conn, 64)
@@ -377,7 +377,7 @@ func TestMemoryPressure(t *testing.T) {
 					if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) {
 						hung.Add(1)
 					}
-					firstErr.CompareAndSwap(nil, err)
+					firstErr.CompareAndSwap(nil, &err)
 					return
 				}
 				batch[j] = c
@@ -396,8 +396,12 @@ func TestMemoryPressure(t *testing.T) {
 	alive("at the memory limit")
 	shed, _ := shedTotal(t, "http://"+memAdmin+":15020/metrics", "memory_pressure")
 	rss := vmHWM(t, pid)
+	var first error
+	if p := firstErr.Load(); p != nil {
+		first = *p
+	}
 	t.Logf("%d slow readers, %d idle connections in %v, then %d refused, %d of them timed out (first: %v); shed %v; gozt peak RSS %d MiB, cgroup peak %d MiB",
-		memSlowReaders, len(idle), time.Since(start).Round(time.Millisecond), refused.Load(), hung.Load(), firstErr.Load(), shed, rss>>20, cg.peak(t)>>20)
+		memSlowReaders, len(idle), time.Since(start).Round(time.Millisecond), refused.Load(), hung.Load(), first, shed, rss>>20, cg.peak(t)>>20)
 	if hung.Load() > 0 {
 		t.Errorf("%d connections got no answer within 5s under memory pressure; want them refused at once", hung.Load())
 	}
