@@ -94,7 +94,14 @@ func isFDExhausted(err error) bool {
 // acceptFailed handles a failed Accept on listener name's l, the
 // failures-th in a row (see above).
 func (p *Proxy) acceptFailed(l net.Listener, name string, err error, failures int) {
-	shed := isFDExhausted(err) && failures > shedAfter && p.shedOne(l)
+	sustained := isFDExhausted(err) && failures > shedAfter
+	if sustained {
+		p.cfg.Admission.noteFDExhausted() // readiness (admission.go)
+	}
+	shed := sustained && p.shedOne(l)
+	if shed {
+		p.cfg.Metrics.shed.WithLabelValues(name, shedFDExhausted).Inc()
+	}
 	g := &p.accept
 	g.mu.Lock()
 	if g.lastLog == nil {

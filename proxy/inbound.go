@@ -79,6 +79,15 @@ type inboundRequest struct {
 // runs inside the handler of the stream's TLS connection (ServeConn returns
 // only after its stream handlers), so it may hand the stream off.
 func (p *Proxy) serveConnect(s *hbone.ServerStream) {
+	if p.cfg.Admission.MemoryPressure() {
+		// A new stream on a connection already open: refused like a new
+		// TCP connection (admission.go).
+		_ = s.Respond(http.StatusServiceUnavailable, nil)
+		s.Close()
+		p.cfg.Metrics.shed.WithLabelValues("inbound", shedMemoryPressure).Inc()
+		p.cfg.Admission.noteMemoryShed("inbound")
+		return
+	}
 	up, rec, done := p.acceptContained(s)
 	if up == nil {
 		s.Close()

@@ -79,6 +79,12 @@ type Metrics struct {
 	// by listener (gozt only, TESTPLAN F26).
 	panics *prometheus.CounterVec
 
+	// shed counts connections refused at once to protect the process, by
+	// listener and reason: fd_exhausted (reset with the spare descriptor,
+	// accept.go) or memory_pressure (admission.go) (gozt only, TESTPLAN
+	// F21, F22).
+	shed *prometheus.CounterVec
+
 	mu     sync.RWMutex
 	series map[trafficLabels]*series
 }
@@ -152,11 +158,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "gozt_connection_handler_panics_total",
 			Help: "Connection handlers that panicked; the panic closed that connection only (gozt only)",
 		}, []string{"listener"}),
+		shed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gozt_connections_shed_total",
+			Help: "New connections refused at once (a TCP reset, or 503 to a CONNECT) because the process ran out of file descriptors or memory (gozt only)",
+		}, []string{"listener", "reason"}),
 		series: make(map[trafficLabels]*series),
 	}
-	reg.MustRegister(m.sockets, m.crlRejections, m.crlUntracked, m.forwarded, m.panics)
+	reg.MustRegister(m.sockets, m.crlRejections, m.crlUntracked, m.forwarded, m.panics, m.shed)
 	for name := range listenerReporter {
 		m.panics.WithLabelValues(name)
+		for _, reason := range []string{shedFDExhausted, shedMemoryPressure} {
+			m.shed.WithLabelValues(name, reason)
+		}
 	}
 	// Both reporters exist from the start, at 0, so a dashboard shows 0
 	// rather than "No data".

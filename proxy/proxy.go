@@ -104,6 +104,10 @@ type Config struct {
 	// ConnMgr, if non-nil, re-checks live inbound connections when policies
 	// change and closes those now denied (SPEC §4.4).
 	ConnMgr *connmgr.Manager
+	// Admission, if non-nil, refuses new connections under memory pressure
+	// and learns of file-descriptor exhaustion, for readiness (admission.go);
+	// every proxy of the process shares one. Nil admits every connection.
+	Admission *Admission
 	// EnableSOCKS5 opens the SOCKS5 listener (15080).
 	EnableSOCKS5 bool
 	// DNS, if non-nil, runs the workload's DNS proxy on DNSAddrs (UDP and
@@ -444,6 +448,9 @@ func (p *Proxy) acceptLoop(l net.Listener, name string, handle handler, open pro
 		failures = 0
 		if p.accept.spent.Load() {
 			p.accept.reacquire()
+		}
+		if !p.admit(c, name) {
+			continue
 		}
 		if !p.track(c, open) {
 			c.Close()

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"strconv"
@@ -205,6 +206,37 @@ func TestFDExhaustion(t *testing.T) {
 		t.Errorf("%d of %d connections got no answer within 5s at the fd limit; want them refused", hung, attempts)
 	}
 
+	// Readiness reflects it: while accepts shed for lack of descriptors
+	// the endpoint answers 500 (ztunnel's not-ready status, SPEC §8.3)
+	// naming the cause. The probe's connection is opened on descriptors
+	// freed for it, and kept: at the limit a new one would wait in the
+	// readiness port's accept queue like any other connection. (Held
+	// through the burst, its one descriptor left connections of the burst
+	// hanging in two runs of four under load.) Each attempt at the limit
+	// then makes an accept loop shed, or is refused later, its upstream
+	// dial out of descriptors.
+	for _, o := range open[:3] {
+		o.c.Close()
+	}
+	open = open[3:]
+	probe := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
+	defer probe.CloseIdleConnections()
+	readyURL := "http://" + fdAdmin + ":15021/healthz/ready"
+	readiness(t, probe, readyURL) // either answer: the last exhaustion may be recent
+	var code int
+	var body string
+	for i := 0; i < 40; i++ {
+		if o := tryEcho(socks, fmt.Sprintf("at the limit %d", i)); o.err == nil {
+			open = append(open, o)
+		}
+		if code, body = readiness(t, probe, readyURL); code != http.StatusOK {
+			break
+		}
+	}
+	if code != http.StatusInternalServerError || body != "not ready, pending: file descriptors exhausted\n" {
+		t.Errorf("readiness at the fd limit = %d %q, want 500 naming the file descriptors", code, body)
+	}
+
 	// Saturated: the accept loops back off instead of spinning on EMFILE.
 	before := m.cpuTicks(t)
 	time.Sleep(2 * time.Second)
@@ -231,6 +263,29 @@ func TestFDExhaustion(t *testing.T) {
 			t.Fatalf("gozt holds %d fds 10s after every connection closed (%d at start)", m.fds(t), base)
 		}
 	}
+	// Ready again once no accept has shed for a while (proxy's
+	// fdReadyHold, 2s), on the probe's connection and on a new one.
+	for start := time.Now(); ; time.Sleep(100 * time.Millisecond) {
+		code, body := readiness(t, probe, readyURL)
+		if code == http.StatusOK {
+			break
+		}
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("readiness 10s after the fds were freed = %d %q, want 200", code, body)
+		}
+	}
+	if code, body := readiness(t, &http.Client{Timeout: 5 * time.Second}, readyURL); code != http.StatusOK {
+		t.Errorf("readiness on a new connection after recovery = %d %q, want 200", code, body)
+	}
+	// How many the spare descriptor shed depends on the race between
+	// accepts and upstream dials (a connection accepted whose upstream
+	// dial ran out is refused by its handler), so only the series is
+	// required.
+	if n, ok := shedTotal(t, "http://"+fdAdmin+":15020/metrics", "fd_exhausted"); !ok {
+		t.Error(`no gozt_connections_shed_total{reason="fd_exhausted"} series`)
+	} else {
+		t.Logf("connections shed with the spare descriptor: %v", n)
+	}
 	for i := range 50 {
 		o := tryEcho(socks, fmt.Sprintf("after %d", i))
 		if o.err != nil {
@@ -248,4 +303,49 @@ func TestFDExhaustion(t *testing.T) {
 	if limit := 8 * (int(time.Since(testStart)/time.Second) + 1); lines > limit {
 		t.Errorf("%d accept-failure log lines in %v, want at most %d (one a second per listener)", lines, time.Since(testStart), limit)
 	}
+}
+
+// readiness GETs url with client and returns the status and body.
+func readiness(t *testing.T, client *http.Client, url string) (int, string) {
+	t.Helper()
+	resp, err := client.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+// shedTotal sums gozt_connections_shed_total{reason} over listeners from
+// the Prometheus endpoint url; it reports whether any series was found.
+func shedTotal(t *testing.T, url, reason string) (float64, bool) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	found := false
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if !strings.HasPrefix(line, "gozt_connections_shed_total{") || !strings.Contains(line, `reason="`+reason+`"`) {
+			continue
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			t.Fatalf("metric line %q: %v", line, err)
+		}
+		sum += v
+		found = true
+	}
+	return sum, found
 }

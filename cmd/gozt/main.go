@@ -104,7 +104,7 @@ func runProxy(stdout, stderr io.Writer) error {
 	logger.Info("worker threads", "gomaxprocs", workers, "cpus", runtime.NumCPU())
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	n, err := node.Start(ctx, node.Options{Env: env, Logger: logger, Levels: levels})
+	n, err := node.Start(ctx, node.Options{Env: env, Logger: logger, Levels: levels, MemoryLimit: memoryLimit(logger)})
 	if err != nil {
 		return err
 	}
@@ -164,6 +164,7 @@ func runLocal(args []string, stdout, stderr io.Writer) error {
 	opts.Logger = newLogger(stderr, os.Getenv("LOG_FORMAT"), levels)
 	opts.Out = stdout
 	raiseFileLimit(opts.Logger)
+	opts.MemoryLimit = memoryLimit(opts.Logger)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()

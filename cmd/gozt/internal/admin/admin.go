@@ -150,10 +150,18 @@ func ListenMetrics(ctx context.Context, addr string, reg *prometheus.Registry) (
 	return listen(ctx, addr, mux)
 }
 
-// Readiness tracks what still blocks readiness (SPEC §8.3).
+// Readiness tracks what still blocks readiness (SPEC §8.3): named
+// blockers, set and cleared, and conditions, asked at each request.
 type Readiness struct {
 	mu       sync.Mutex
 	blockers map[string]struct{}
+	conds    []readinessCond
+}
+
+// readinessCond is a blocker named name while blocked reports true.
+type readinessCond struct {
+	name    string
+	blocked func() bool
 }
 
 // NewReadiness returns a tracker blocked on the named tasks.
@@ -179,6 +187,16 @@ func (r *Readiness) Unblock(name string) {
 	r.mu.Unlock()
 }
 
+// BlockWhile makes name a blocker whenever blocked reports true; blocked
+// is called for every readiness request and must be cheap. gozt's own
+// conditions (file descriptors or memory exhausted) are not ztunnel's,
+// whose readiness tracks start-up tasks only.
+func (r *Readiness) BlockWhile(name string, blocked func() bool) {
+	r.mu.Lock()
+	r.conds = append(r.conds, readinessCond{name, blocked})
+	r.mu.Unlock()
+}
+
 // Pending returns the sorted names of the remaining blockers.
 func (r *Readiness) Pending() []string {
 	r.mu.Lock()
@@ -186,6 +204,11 @@ func (r *Readiness) Pending() []string {
 	names := make([]string, 0, len(r.blockers))
 	for n := range r.blockers {
 		names = append(names, n)
+	}
+	for _, c := range r.conds {
+		if _, dup := r.blockers[c.name]; !dup && c.blocked() {
+			names = append(names, c.name)
+		}
 	}
 	sort.Strings(names)
 	return names

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -93,6 +94,17 @@ func TestSidePorts(t *testing.T) {
 	ready.Unblock("state manager")
 	if code, body, _ := do(t, "GET", ready1, nil); code != 200 || !strings.HasPrefix(body, "ready") {
 		t.Errorf("readiness when unblocked = %d %q", code, body)
+	}
+	// A condition blocks while it holds, asked at each request.
+	var exhausted atomic.Bool
+	ready.BlockWhile("file descriptors exhausted", exhausted.Load)
+	exhausted.Store(true)
+	if code, body, _ := do(t, "GET", ready1, nil); code != 500 || body != "not ready, pending: file descriptors exhausted\n" {
+		t.Errorf("readiness while a condition holds = %d %q", code, body)
+	}
+	exhausted.Store(false)
+	if code, body, _ := do(t, "GET", ready1, nil); code != 200 || !strings.HasPrefix(body, "ready") {
+		t.Errorf("readiness once the condition cleared = %d %q", code, body)
 	}
 	if code, body, _ := do(t, "POST", admin+"/quitquitquit", nil); code != 200 || !strings.Contains(body, "shutdown now") {
 		t.Errorf("POST /quitquitquit = %d %q", code, body)

@@ -69,6 +69,11 @@ type Options struct {
 	// of the resolution of hostname endpoints; if empty /etc/resolv.conf.
 	// A test seam, as node.Options.ResolvConf.
 	ResolvConf string
+	// MemoryLimit is the memory limit in force, in bytes (the lower of
+	// GOMEMLIMIT and the cgroup's), against which admission control
+	// refuses new connections under memory pressure (proxy.Admission);
+	// zero turns that off. main sets it.
+	MemoryLimit int64
 }
 
 // Mesh is a running local mesh.
@@ -84,10 +89,12 @@ type Mesh struct {
 	proxies  []*proxy.Proxy
 	denials  *proxy.Denials // every proxy's recent denials, for the live view
 	ready    *admin.Readiness
-	ports    *admin.Ports
-	echo     *EchoServer
-	quit     chan struct{}
-	quitOnce sync.Once
+	// admission is every proxy's admission control.
+	admission *proxy.Admission
+	ports     *admin.Ports
+	echo      *EchoServer
+	quit      chan struct{}
+	quitOnce  sync.Once
 
 	run *runner.Runner // the background loops
 }
@@ -131,6 +138,11 @@ func Start(ctx context.Context, opts Options) (m *Mesh, err error) {
 		return nil, err
 	}
 	m.ready = admin.NewReadiness("proxy")
+	m.admission = proxy.NewAdmission(proxy.AdmissionConfig{MemoryLimit: opts.MemoryLimit, Logger: m.log.With("scope", "admission")})
+	// gozt's own blockers, as node's: readiness fails while new
+	// connections are shed for lack of file descriptors or memory.
+	m.ready.BlockWhile("file descriptors exhausted", m.admission.FDExhausted)
+	m.ready.BlockWhile("memory pressure", m.admission.MemoryPressure)
 	m.denials = proxy.NewDenials(0)
 
 	built := m // the named result is nil on an error return; clean up what was built
@@ -152,6 +164,7 @@ func Start(ctx context.Context, opts Options) (m *Mesh, err error) {
 	}
 	m.run.Go("certs", m.certs.Run)
 	m.run.Go("connmgr", m.connmgr.Run)
+	m.run.Go("admission", m.admission.Run)
 	for _, p := range m.proxies {
 		m.run.Go("proxy "+p.UID(), func(context.Context) error { return p.Serve() })
 	}
@@ -218,6 +231,7 @@ func (m *Mesh) startProxies(ctx context.Context) error {
 			Store:          m.store,
 			Certs:          m.certs,
 			Metrics:        metrics,
+			Admission:      m.admission,
 			ConnMgr:        m.connmgr,
 			EnableSOCKS5:   true,
 			DNS:            resolver,

@@ -62,6 +62,11 @@ type Options struct {
 	OutboundSource netip.Addr
 	Logger         *slog.Logger
 	Levels         *logscope.Levels
+	// MemoryLimit is the memory limit in force, in bytes (the lower of
+	// GOMEMLIMIT and the cgroup's), against which admission control
+	// refuses new connections under memory pressure (proxy.Admission);
+	// zero turns that off. main sets it.
+	MemoryLimit int64
 
 	// ResolvConf is the resolv.conf of the DNS proxy's upstream servers and
 	// search list; if empty /etc/resolv.conf, as ztunnel reads its own. A
@@ -79,8 +84,10 @@ type Node struct {
 	xds     *xds.Client
 	connmgr *connmgr.Manager
 	metrics *proxy.Metrics
-	dns     *dns.Resolver  // or nil when DNS_CAPTURE is off
-	denials *proxy.Denials // every proxy's recent denials, for the live view
+	// admission is every proxy's admission control.
+	admission *proxy.Admission
+	dns       *dns.Resolver  // or nil when DNS_CAPTURE is off
+	denials   *proxy.Denials // every proxy's recent denials, for the live view
 	// hosts resolves the hostnames of endpoints without IPs (SPEC §3.3).
 	hosts *dns.HostResolver
 	// proxy is dedicated mode's one proxy; pods are shared mode's.
@@ -144,6 +151,7 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 	} else {
 		n.ready = admin.NewReadiness(blockState, blockProxy)
 	}
+	n.admission = newAdmission(opts.MemoryLimit, n.ready, n.log)
 	n.run = runner.New()
 	built := n // the named result is nil on an error return; clean up what was built
 	defer func() {
@@ -383,6 +391,7 @@ func (n *Node) proxyConfig(find func(*state.Snapshot) *state.Workload) proxy.Con
 		Demand:       demand,
 		Certs:        ownCerts{certs: n.certs, store: n.store, local: find},
 		Metrics:      n.metrics,
+		Admission:    n.admission,
 		ConnMgr:      n.connmgr,
 		EnableSOCKS5: env.EnableSOCKS5,
 		DNS:          n.dns,
@@ -481,6 +490,7 @@ func (n *Node) start() {
 		n.run.Go("crl", n.watchCRL)
 	}
 	n.run.Go("connmgr", n.connmgr.Run)
+	n.run.Go("admission", n.admission.Run)
 	if n.xds != nil {
 		n.run.Go("xds", n.xds.Run)
 		n.run.Go("xds readiness", func(ctx context.Context) error {
@@ -576,4 +586,20 @@ func orDefault(s, def string) string {
 		return def
 	}
 	return s
+}
+
+// Readiness blockers of admission control: gozt's, not ztunnel's.
+const (
+	blockFDs    = "file descriptors exhausted"
+	blockMemory = "memory pressure"
+)
+
+// newAdmission returns the admission control of every proxy for the memory
+// limit in force, its conditions registered with ready: readiness fails
+// while new connections are shed for lack of file descriptors or memory.
+func newAdmission(limit int64, ready *admin.Readiness, log *slog.Logger) *proxy.Admission {
+	a := proxy.NewAdmission(proxy.AdmissionConfig{MemoryLimit: limit, Logger: log.With("scope", "admission")})
+	ready.BlockWhile(blockFDs, a.FDExhausted)
+	ready.BlockWhile(blockMemory, a.MemoryPressure)
+	return a
 }

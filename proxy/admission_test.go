@@ -1,0 +1,254 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	xproxy "golang.org/x/net/proxy"
+
+	"github.com/gozt/gozt/certs/identity"
+	"github.com/gozt/gozt/certs/localca"
+	"github.com/gozt/gozt/hbone"
+	"github.com/gozt/gozt/proxy/state"
+)
+
+// TestAdmissionWatermarks: new connections are refused once the sampled
+// memory passes the high-water mark, stay refused between the marks, and
+// are admitted again only below the low-water mark; nothing changes
+// between samples.
+func TestAdmissionWatermarks(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var used atomic.Uint64
+		a := NewAdmission(AdmissionConfig{MemoryLimit: 1000, Interval: 100 * time.Millisecond})
+		a.read = used.Load
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() { done <- a.Run(ctx) }()
+		step := func(mem uint64, want bool) {
+			t.Helper()
+			used.Store(mem)
+			time.Sleep(100 * time.Millisecond)
+			synctest.Wait()
+			if got := a.MemoryPressure(); got != want {
+				t.Errorf("memory %d of 1000: MemoryPressure() = %v, want %v", mem, got, want)
+			}
+		}
+		time.Sleep(time.Millisecond) // between ticks
+		step(800, false)             // under the high-water mark (850)
+		step(900, true)
+		step(800, true) // between the marks: still refusing
+		step(760, true)
+		step(700, false) // under the low-water mark (750)
+		step(800, false)
+		used.Store(2000)
+		time.Sleep(50 * time.Millisecond) // half an interval: not sampled yet
+		if a.MemoryPressure() {
+			t.Error("MemoryPressure() changed between samples")
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run = %v", err)
+		}
+	})
+}
+
+// TestAdmissionOff: with no memory limit Run returns at once and nothing
+// is ever refused; a nil Admission refuses nothing either.
+func TestAdmissionOff(t *testing.T) {
+	a := NewAdmission(AdmissionConfig{})
+	a.read = func() uint64 { return 1 << 62 }
+	if err := a.Run(context.Background()); err != nil || a.MemoryPressure() {
+		t.Errorf("Run = %v, MemoryPressure() = %v; want nil, false", err, a.MemoryPressure())
+	}
+	var none *Admission
+	if none.MemoryPressure() || none.FDExhausted() {
+		t.Error("a nil Admission reports pressure")
+	}
+	none.noteFDExhausted() // no panic
+}
+
+// TestFDExhaustedHold: readiness reports a descriptor exhaustion for
+// fdReadyHold after the last one, and each new one extends it.
+func TestFDExhaustedHold(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a := NewAdmission(AdmissionConfig{})
+		if a.FDExhausted() {
+			t.Fatal("FDExhausted() before any exhaustion")
+		}
+		a.noteFDExhausted()
+		time.Sleep(fdReadyHold - 100*time.Millisecond)
+		if !a.FDExhausted() {
+			t.Errorf("FDExhausted() = false %v after an exhaustion", fdReadyHold-100*time.Millisecond)
+		}
+		a.noteFDExhausted()
+		time.Sleep(fdReadyHold - 100*time.Millisecond)
+		if !a.FDExhausted() {
+			t.Error("a second exhaustion did not extend the hold")
+		}
+		time.Sleep(200 * time.Millisecond)
+		if a.FDExhausted() {
+			t.Errorf("FDExhausted() still true %v after the last exhaustion", fdReadyHold+100*time.Millisecond)
+		}
+	})
+}
+
+// TestReadMemory: the sampled memory grows with memory held live and
+// stays within what the runtime has mapped.
+func TestReadMemory(t *testing.T) {
+	before := readMemory()
+	hold := make([][]byte, 64)
+	for i := range hold {
+		hold[i] = make([]byte, 1<<20)
+		hold[i][0] = 1
+	}
+	runtime.GC() // the live heap is measured by a collection
+	after := readMemory()
+	if after < before+48<<20 {
+		t.Errorf("readMemory() = %d with 64 MiB more held live, %d before; want at least 48 MiB more", after, before)
+	}
+	hold[0][0] = 2 // hold is live through the read
+}
+
+// The admission test's workload, on 127.92.1.0/24.
+const (
+	admitWorkloadIP = "127.92.1.2"
+	admitEchoIP     = "127.92.1.9"
+)
+
+// shedCount reads gozt_connections_shed_total{listener, reason}.
+func shedCount(t *testing.T, m *Metrics, listener, reason string) float64 {
+	t.Helper()
+	var out dto.Metric
+	if err := m.shed.WithLabelValues(listener, reason).Write(&out); err != nil {
+		t.Fatal(err)
+	}
+	return out.GetCounter().GetValue()
+}
+
+// TestAdmissionShedsUnderMemoryPressure (TESTPLAN F22, in process): above
+// the high-water mark a new SOCKS5 connection is reset before its
+// handshake and a new CONNECT on an HBONE connection already open is
+// answered 503, each counted in gozt_connections_shed_total and logged
+// once; connections already open keep flowing; below the low-water mark
+// new connections and streams succeed again.
+func TestAdmissionShedsUnderMemoryPressure(t *testing.T) {
+	echo := lineEcho(t, admitEchoIP+":0")
+	local := lineEcho(t, admitWorkloadIP+":0")
+	ca, err := localca.New(localca.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := identity.Identity{TrustDomain: "cluster.local", Namespace: "ns", ServiceAccount: "w"}
+	store := state.NewStore(state.Config{})
+	store.Update(func(b *state.Batch) {
+		err = b.InsertWorkload(&state.Workload{UID: "c//Pod/ns/w", Name: "w", Namespace: "ns", ServiceAccount: "w",
+			TrustDomain: "cluster.local", Addresses: []netip.Addr{netip.MustParseAddr(admitWorkloadIP)}, Protocol: state.TunnelHBONE})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	log := slog.New(slog.NewTextHandler(logs, nil))
+	var used atomic.Uint64
+	adm := NewAdmission(AdmissionConfig{MemoryLimit: 1000, Interval: 5 * time.Millisecond, Logger: log})
+	adm.read = used.Load
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- adm.Run(ctx) }()
+	defer func() { cancel(); <-ran }()
+	m := NewMetrics(prometheus.NewRegistry())
+	serveProxy(t, Config{
+		WorkloadUID: "c//Pod/ns/w", BindAddr: netip.MustParseAddr(admitWorkloadIP), EnableSOCKS5: true,
+		Store: store, Certs: issuedCerts{ca}, Metrics: m, Admission: adm, Logger: log,
+	}, 100*time.Millisecond)
+
+	socks, err := xproxy.SOCKS5("tcp", admitWorkloadIP+":15080", nil, xproxy.Direct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flowing, err := socks.Dial("tcp", echo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer flowing.Close()
+	fr := bufio.NewReader(flowing)
+	echoOnce(t, flowing, fr, "before")
+	cert, err := ca.Issue(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer ccancel()
+	cc := dialHBONE(t, cctx, "", admitWorkloadIP+":15008", cert, id.String())
+	sibling, err := cc.Connect(cctx, local, nil)
+	if err != nil {
+		t.Fatalf("CONNECT: %v", err)
+	}
+	defer sibling.Close()
+	sr := bufio.NewReader(sibling)
+	echoOnce(t, sibling, sr, "sibling before")
+
+	setMemory := func(v uint64, want bool) {
+		t.Helper()
+		used.Store(v)
+		for start := time.Now(); adm.MemoryPressure() != want; time.Sleep(time.Millisecond) {
+			if time.Since(start) > 5*time.Second {
+				t.Fatalf("MemoryPressure() != %v 5s after memory %d of 1000", want, v)
+			}
+		}
+	}
+	setMemory(900, true)
+	for i := range 3 {
+		if c, err := socks.Dial("tcp", echo); err == nil {
+			c.Close()
+			t.Fatalf("SOCKS5 connection %d under memory pressure succeeded", i)
+		} else if i == 0 {
+			t.Logf("SOCKS5 connection under memory pressure: %v", err)
+		}
+	}
+	var se *hbone.StatusError
+	if s, err := cc.Connect(cctx, local, nil); err == nil {
+		s.Close()
+		t.Fatal("CONNECT under memory pressure succeeded")
+	} else if !errors.As(err, &se) || se.Code != http.StatusServiceUnavailable {
+		t.Errorf("CONNECT under memory pressure: %v, want a 503", err)
+	}
+	echoOnce(t, flowing, fr, "flowing under pressure")
+	echoOnce(t, sibling, sr, "sibling under pressure")
+	if got := shedCount(t, m, "socks5", shedMemoryPressure); got != 3 {
+		t.Errorf("shed{socks5, memory_pressure} = %v, want 3", got)
+	}
+	if got := shedCount(t, m, "inbound", shedMemoryPressure); got != 1 {
+		t.Errorf("shed{inbound, memory_pressure} = %v, want 1", got)
+	}
+	if n := strings.Count(logs.String(), "refusing new connections: memory pressure"); n != 1 {
+		t.Errorf("%d shedding log lines for 4 refusals within a second, want 1 (rate-limited)", n)
+	}
+
+	setMemory(800, true) // between the marks
+	setMemory(700, false)
+	c, err := socks.Dial("tcp", echo)
+	if err != nil {
+		t.Fatalf("SOCKS5 connection below the low-water mark: %v", err)
+	}
+	defer c.Close()
+	echoOnce(t, c, bufio.NewReader(c), "after")
+	s, err := cc.Connect(cctx, local, nil)
+	if err != nil {
+		t.Fatalf("CONNECT below the low-water mark: %v", err)
+	}
+	defer s.Close()
+	echoOnce(t, s, bufio.NewReader(s), "stream after")
+}
