@@ -355,7 +355,7 @@ func (c *Client) runStream(ctx context.Context) streamResult {
 		if err != nil {
 			return classifyStreamEnd(err)
 		}
-		req, ack := c.handleResponse(resp)
+		req, ack := c.handleResponse(resp, nil)
 		if err := send(req); err != nil {
 			return classifyStreamEnd(streamError(stream, err))
 		}

@@ -92,7 +92,7 @@ func benchmarkApplyPush(b *testing.B, workloads, services int) {
 			b.Fatal(err)
 		}
 		g := gcCycles()
-		if req, ack := c.handleResponse(reusable(resp)); !ack {
+		if req, ack := c.handleResponse(reusable(resp), nil); !ack {
 			b.Fatalf("NACK: %s", req.GetErrorDetail().GetMessage())
 		}
 		gcs += gcCycles() - g
@@ -164,7 +164,7 @@ func BenchmarkReceivePush100k(b *testing.B) {
 			b.Fatal(err)
 		}
 		unmarshalGCs += gcCycles() - g
-		if req, ack := c.handleResponse(resp); !ack {
+		if req, ack := c.handleResponse(resp, nil); !ack {
 			b.Fatalf("NACK: %s", req.GetErrorDetail().GetMessage())
 		}
 		gcs += gcCycles() - g
@@ -206,7 +206,7 @@ func BenchmarkReaderDuringPush100k(b *testing.B) {
 				}
 			}
 		}()
-		if req, ack := c.handleResponse(reusable(resp)); !ack {
+		if req, ack := c.handleResponse(reusable(resp), nil); !ack {
 			b.Fatalf("NACK: %s", req.GetErrorDetail().GetMessage())
 		}
 		close(stop)
@@ -272,7 +272,7 @@ func BenchmarkNetDuringPush100k(b *testing.B) {
 		}()
 		time.Sleep(20 * time.Millisecond) // the prober's first round trips
 		g := gcCycles()
-		if req, ack := c.handleResponse(resp); !ack {
+		if req, ack := c.handleResponse(resp, nil); !ack {
 			b.Fatalf("NACK: %s", req.GetErrorDetail().GetMessage())
 		}
 		gcs += gcCycles() - g
