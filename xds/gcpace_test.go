@@ -162,6 +162,7 @@ func TestHandleResponseEndsRelaxation(t *testing.T) {
 			if r == nil {
 				t.Fatal("relaxGCForWire(relaxGCMinBytes) relaxed nothing")
 			}
+			t.Cleanup(func() { endLeaked([]*gcRelaxation{r}) })
 			if _, ack := c.handleResponse(tt.resp, r); ack != tt.ack {
 				t.Errorf("handleResponse ack = %v, want %v", ack, tt.ack)
 			}
