@@ -324,7 +324,9 @@ func (c *Client) runStream(ctx context.Context) streamResult {
 	defer conn.Close()
 	sctx, cancel := context.WithCancel(metadata.NewOutgoingContext(ctx, md))
 	defer cancel()
-	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).DeltaAggregatedResources(sctx)
+	codec := newPushCodec()
+	defer codec.drop()
+	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).DeltaAggregatedResources(sctx, grpc.ForceCodecV2(codec))
 	if err != nil {
 		return streamResult{reasonConnectionError, err}
 	}
@@ -355,7 +357,9 @@ func (c *Client) runStream(ctx context.Context) streamResult {
 		if err != nil {
 			return classifyStreamEnd(err)
 		}
-		req, ack := c.handleResponse(resp)
+		// A large response was unmarshalled with the collector relaxed:
+		// handleResponse applies it under the same relaxation, and ends it.
+		req, ack := c.handleResponse(resp, codec.take(resp))
 		if err := send(req); err != nil {
 			return classifyStreamEnd(streamError(stream, err))
 		}

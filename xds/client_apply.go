@@ -37,7 +37,14 @@ type rejection struct {
 // and all removals are applied in one batch even when some are rejected.
 // ack reports whether the answer is an ACK. It consumes resp.Resources (see
 // decodeResources): the caller must not use them afterwards.
-func (c *Client) handleResponse(resp *discoveryv3.DeltaDiscoveryResponse) (req *discoveryv3.DeltaDiscoveryRequest, ack bool) {
+//
+// gc is the collector relaxation the stream's codec started to unmarshal
+// resp (pushCodec), or nil. handleResponse applies resp under it, or, if
+// nil and resp is a large push, under one of its own, and ends it before
+// returning, whatever the answer.
+func (c *Client) handleResponse(resp *discoveryv3.DeltaDiscoveryResponse, gc *gcRelaxation) (req *discoveryv3.DeltaDiscoveryRequest, ack bool) {
+	gc = gc.extend(len(resp.GetResources()) + len(resp.GetRemovedResources()))
+	defer gc.end()
 	c.metrics.received(resp)
 	typeURL := resp.GetTypeUrl()
 	req = &discoveryv3.DeltaDiscoveryRequest{TypeUrl: typeURL, ResponseNonce: resp.GetNonce()}
@@ -55,12 +62,10 @@ func (c *Client) handleResponse(resp *discoveryv3.DeltaDiscoveryResponse) (req *
 	}
 	var good []decoded
 	var rejects []rejection
-	restoreGC := relaxGC(len(resp.GetResources()) + len(resp.GetRemovedResources()))
 	runLowPriority(func() {
 		good, rejects = decodeResources(resp)
 		rejects = c.apply(typeURL, held, good, resp.GetRemovedResources(), rejects)
 	})
-	restoreGC()
 	// After the store has the response, as ztunnel notifies its demanders
 	// only once the handlers ran (HandlerWrapper::handle).
 	releaseDemands(answered)

@@ -147,7 +147,7 @@ func TestHandleResponseConsumesAndAppliesOnce(t *testing.T) {
 	}
 	// A repeated name is rejected as well, and does not replace the first.
 	resp.Resources = append(resp.Resources, resp.Resources[3])
-	req, ack := c.handleResponse(resp)
+	req, ack := c.handleResponse(resp, nil)
 	if ack {
 		t.Fatal("push with two bad resources was ACKed")
 	}

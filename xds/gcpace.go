@@ -31,38 +31,125 @@ import (
 // GOMEMLIMIT if lower. Both settings are restored when the push
 // is applied. A process whose GOGC is already higher (or off) is left as it
 // is, and small pushes (a policy change) never touch the settings.
+//
+// gRPC unmarshals the DeltaDiscoveryResponse before the client sees it, and
+// for 100,000 workloads (27 MB on the wire) that allocates about 80 MB: a
+// copy of the wire bytes, and the resources with their payloads. One or two
+// collections used to run there, before handleResponse could relax the
+// collector. So the stream's codec (codec.go) relaxes the
+// collector already before it unmarshals a response of at least
+// relaxGCMinBytes, which is relaxGCMin resources of typicalResourceBytes,
+// and handleResponse applies the push under that same relaxation. Until
+// the resources are counted, the cap allows for one resource per
+// typicalResourceBytes of the wire size; handleResponse raises it if the
+// push has more. In BenchmarkReceivePush100k (unmarshal, then apply, from
+// a collected heap) that took the collections per push from 2 to 1, and
+// those during unmarshal from 1.2–1.4 to 0, allocating the same 216 MB;
+// the one left comes once the push has allocated GOGC=400's worth of the
+// small heap it started from.
 const (
 	relaxGCMin         = 10_000
 	relaxedGCPercent   = 400
 	relaxedHeapFactor  = 2
 	relaxedHeapSlack   = 128 << 20
 	relaxedPerResource = 4 << 10
+
+	// typicalResourceBytes is the wire size of a small Address resource:
+	// a service with two ports is about 150 bytes, a pod workload 220–250
+	// (BenchmarkApplyPush100k's). Sizing by the smaller one means a push
+	// of relaxGCMin resources of either kind is relaxed from the start.
+	typicalResourceBytes = 150
+	relaxGCMinBytes      = relaxGCMin * typicalResourceBytes // 1.5 MB
 )
 
 // gcSettingsMu serialises changes to the process's GC settings, so that two
-// clients applying large pushes at once restore them in order.
+// clients applying large pushes at once restore them in order. A
+// gcRelaxation holds it from its start to its end.
 var gcSettingsMu sync.Mutex
 
-// relaxGC applies the relaxed collector settings for a push of n resources
-// and returns the function that restores the previous ones.
-func relaxGC(n int) (restore func()) {
+// A gcRelaxation is the relaxed collector of one push, from its start
+// (relaxGC, relaxGCForWire) to end. A nil *gcRelaxation relaxes nothing,
+// and its methods do nothing: that is what a small push gets, at no cost.
+//
+// Invariants:
+//   - gcSettingsMu is held from the start to end, so that a second
+//     relaxation started before the first ends waits for it: a push must
+//     pass its relaxation on (extend), never start another.
+//   - end restores the previous settings the first time only; ended
+//     counts its calls, so that tests can tell a relaxation ended exactly
+//     once.
+//   - One goroutine at a time uses it: the one receiving and applying the
+//     push.
+type gcRelaxation struct {
+	percent int    // GOGC before the push
+	limit   int64  // memory limit before the push
+	heap    uint64 // live heap at the start
+	n       int    // resources the memory cap allows for
+	ended   int    // calls of end
+}
+
+// relaxGC relaxes the collector for a push of n resources, if it is large,
+// and returns the relaxation, or nil.
+func relaxGC(n int) *gcRelaxation {
 	if n < relaxGCMin {
-		return func() {}
+		return nil
 	}
+	return startRelaxation(n)
+}
+
+// relaxGCForWire relaxes the collector for a response of size bytes on the
+// wire, if it is large, before it is unmarshalled, and returns the
+// relaxation, or nil.
+func relaxGCForWire(size int) *gcRelaxation {
+	if size < relaxGCMinBytes {
+		return nil
+	}
+	return startRelaxation(size / typicalResourceBytes)
+}
+
+// startRelaxation relaxes the collector for a push of n resources, unless
+// GOGC is already relaxedGCPercent or higher (or off), and returns the
+// relaxation, or nil.
+func startRelaxation(n int) *gcRelaxation {
 	gcSettingsMu.Lock()
 	percent := debug.SetGCPercent(relaxedGCPercent)
 	if percent < 0 || percent >= relaxedGCPercent {
 		debug.SetGCPercent(percent)
 		gcSettingsMu.Unlock()
-		return func() {}
+		return nil
 	}
-	limit := debug.SetMemoryLimit(-1)
-	debug.SetMemoryLimit(min(limit, memoryCap(liveHeap(), n)))
-	return func() {
-		debug.SetMemoryLimit(limit)
-		debug.SetGCPercent(percent)
-		gcSettingsMu.Unlock()
+	r := &gcRelaxation{percent: percent, limit: debug.SetMemoryLimit(-1), heap: liveHeap(), n: n}
+	debug.SetMemoryLimit(min(r.limit, memoryCap(r.heap, n)))
+	return r
+}
+
+// extend returns the relaxation for a push of n resources: r, with its
+// memory cap raised if n is more than it allows for, or, if r is nil, a
+// relaxation of its own (relaxGC).
+func (r *gcRelaxation) extend(n int) *gcRelaxation {
+	if r == nil {
+		return relaxGC(n)
 	}
+	if r.ended == 0 && n > r.n {
+		r.n = n
+		debug.SetMemoryLimit(min(r.limit, memoryCap(r.heap, n)))
+	}
+	return r
+}
+
+// end restores the settings in force before r started. Only its first call
+// does anything.
+func (r *gcRelaxation) end() {
+	if r == nil {
+		return
+	}
+	r.ended++
+	if r.ended > 1 {
+		return
+	}
+	debug.SetMemoryLimit(r.limit)
+	debug.SetGCPercent(r.percent)
+	gcSettingsMu.Unlock()
 }
 
 // memoryCap is the memory limit while a push of n resources is applied,
