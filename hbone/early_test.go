@@ -76,7 +76,9 @@ func dataUntil(r *rawPeer, id uint32, n int) []byte {
 	r.t.Helper()
 	var got []byte
 	for len(got) < n {
-		f := r.want(func(f rawFrame) bool { return f.typ == http2.FrameData && f.stream == id || f.typ == http2.FrameRSTStream })
+		f := r.want(func(f rawFrame) bool {
+			return f.typ == http2.FrameData && f.stream == id || f.typ == http2.FrameRSTStream
+		})
 		if f.typ == http2.FrameRSTStream {
 			r.t.Fatalf("RST_STREAM %v on stream %d while waiting for DATA", f.code, f.stream)
 		}
