@@ -334,3 +334,42 @@ func TestPoolEarlyLostNotRetried(t *testing.T) {
 		t.Errorf("%d dials, want 1: no retry after early bytes were sent", n)
 	}
 }
+
+// failingSource returns its bytes, then a read error.
+type failingSource struct {
+	b   []byte
+	err error
+}
+
+func (f *failingSource) Read(p []byte) (int, error) {
+	if len(f.b) == 0 {
+		return 0, f.err
+	}
+	n := copy(p, f.b)
+	f.b = f.b[n:]
+	return n, nil
+}
+
+func (f *failingSource) SetReadDeadline(time.Time) error { return nil }
+
+// TestConnectEarlySourceFails: a source that fails (a reset client) after
+// some bytes: the bytes are sent, and once answered the stream is aborted
+// with CONNECT_ERROR, as the relay would abort it on that failure.
+func TestConnectEarlySourceFails(t *testing.T) {
+	cc, r := rawServerPeerOn(t, earlyIP, Config{})
+	src := &failingSource{b: []byte("partial"), err: errors.New("connection reset by peer")}
+	ch := make(chan error, 1)
+	go func() {
+		s, err := cc.ConnectEarly(t.Context(), "10.0.0.1:80", nil, src)
+		if err == nil && s.EarlyBytes() != int64(len("partial")) {
+			err = errors.New("EarlyBytes = " + itoa(int(s.EarlyBytes())))
+		}
+		ch <- err
+	}()
+	if got := dataUntil(r, 1, len("partial")); string(got) != "partial" {
+		t.Fatalf("DATA %q", got)
+	}
+	r.headers(1, false, ":status", "200")
+	wait(t, ch, "ConnectEarly")
+	r.wantRST(1, http2.ErrCodeConnect)
+}
