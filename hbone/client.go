@@ -193,7 +193,12 @@ func (c *conn) connect(ctx context.Context, authority string, h http.Header, e *
 	}
 	cs := &ClientStream{}
 	s := &cs.stream
-	win, err := c.open(s, fields)
+	var first []byte
+	if e != nil {
+		e.tryFirst()
+		first = e.buf
+	}
+	win, sent, err := c.open(s, fields, first)
 	if err != nil {
 		c.unreserve()
 		return nil, err
@@ -205,7 +210,10 @@ func (c *conn) connect(ctx context.Context, authority string, h http.Header, e *
 		}
 		return cs, nil
 	}
-	e.start(s, int(min(win, maxEarly)))
+	e.sent = sent
+	if e.waits() {
+		e.start(s, int(min(win, maxEarly)))
+	}
 	if err := s.awaitResponse(ctx); err != nil {
 		s.Close() // fails the early sender's writes and window waits
 		if e.halt() > 0 && errors.Is(err, ErrConnClosed) {
@@ -223,33 +231,39 @@ func (c *conn) connect(ctx context.Context, authority string, h http.Header, e *
 	return cs, nil
 }
 
-// open assigns s the next stream id and writes its request HEADERS, and
-// returns the stream's initial send window (the peer's). Ids are assigned
-// under the write lock so that they reach the wire in order (RFC 9113
-// §5.1.1).
-func (c *conn) open(s *stream, fields []hpack.HeaderField) (int64, error) {
+// open assigns s the next stream id and writes its request HEADERS, then,
+// in the same write, as much of first as the send windows allow; it returns
+// the stream's initial send window (the peer's) and how much of first it
+// sent. Ids are assigned under the write lock so that they reach the wire
+// in order (RFC 9113 §5.1.1).
+func (c *conn) open(s *stream, fields []hpack.HeaderField, first []byte) (win int64, sent int, err error) {
 	c.lockWrite()
 	c.mu.Lock()
 	if c.err != nil || c.goAwayRecv || c.nextID > maxStreamID {
 		c.mu.Unlock()
 		c.unlockWrite()
-		return 0, ErrNoCapacity
+		return 0, 0, ErrNoCapacity
 	}
 	id := c.nextID
 	c.nextID += 2
 	s.init(c, id)
-	win := c.peerInitWin
-	s.sendWin = win
+	win = c.peerInitWin
+	n := max(min(int64(len(first)), win, c.sendWin), 0)
+	s.sendWin = win - n
+	c.sendWin -= n
 	c.streams[id] = s
 	c.mu.Unlock()
 	if c.werr == nil {
 		c.werr = c.writeHeadersLocked(id, false, fields)
 	}
+	if c.werr == nil && n > 0 {
+		c.werr = c.writeDataLocked(id, false, first[:n]) // in frames of the peer's size
+	}
 	if err := c.unlockWrite(); err != nil {
 		c.fail(err)
-		return 0, ErrNoCapacity // nothing was processed: safe to retry elsewhere
+		return 0, 0, ErrNoCapacity // nothing was processed: safe to retry elsewhere
 	}
-	return win, nil
+	return win, int(n), nil
 }
 
 // awaitResponse waits for the final response to the CONNECT.

@@ -11,9 +11,25 @@ import (
 // downstream connection (a *net.TCPConn satisfies it). ConnectEarly reads it
 // while it waits for the response and interrupts a pending Read by setting a
 // read deadline in the past; it clears the deadline before it returns.
+//
+// A source may also have the method
+//
+//	TryRead(p []byte) (int, error)
+//
+// reading only what is already there, without waiting: (0, nil) when
+// nothing is. ConnectEarly then first takes what is there and sends it in
+// the same write as the HEADERS; only if nothing was there does it start a
+// goroutine that waits for bytes until the response. A client that sends
+// its request at once (the usual client-speaks-first case) so costs no
+// goroutine and no write of its own.
 type EarlySource interface {
 	Read(p []byte) (int, error)
 	SetReadDeadline(t time.Time) error
+}
+
+// tryReader is an EarlySource with TryRead.
+type tryReader interface {
+	TryRead(p []byte) (int, error)
 }
 
 // maxEarly caps the bytes read from an EarlySource before the response: they
@@ -55,13 +71,29 @@ type early struct {
 	sent int // bytes of buf the current attempt's stream took
 }
 
+// tryFirst takes what src already holds, if src can tell without waiting
+// (tryReader) and nothing was read yet, for the HEADERS' write.
+func (e *early) tryFirst() {
+	tr, ok := e.src.(tryReader)
+	if !ok || len(e.buf) > 0 || e.err != nil {
+		return
+	}
+	buf := make([]byte, earlyFirstBuf)
+	n, err := tr.TryRead(buf)
+	e.buf, e.err = buf[:n], err
+}
+
+// waits reports whether the attempt needs the early sender: nothing was
+// read yet, so the client's bytes may still come before the response.
+func (e *early) waits() bool { return len(e.buf) == 0 && e.err == nil }
+
 // start runs the early sender for s's attempt on its own goroutine: it
-// sends what earlier attempts read, then reads src and sends on, up to
-// limit bytes in all (at most the stream's initial send window).
+// sends what earlier attempts read beyond the e.sent bytes already sent,
+// then reads src and sends on, up to limit bytes in all (at most the
+// stream's initial send window).
 func (e *early) start(s *stream, limit int) {
 	e.stop = make(chan struct{})
 	e.done = make(chan struct{})
-	e.sent = 0
 	go e.run(s, min(limit, maxEarly))
 }
 
@@ -103,9 +135,13 @@ func (e *early) run(s *stream, limit int) {
 	}
 }
 
-// halt stops the early sender, waits for it and clears src's read deadline.
-// It returns how many bytes the attempt's stream took.
+// halt stops the early sender, if it runs, waits for it and clears src's
+// read deadline. It returns how many bytes the attempt's stream took.
 func (e *early) halt() int {
+	if e.done == nil {
+		return e.sent
+	}
+	defer func() { e.stop, e.done = nil, nil }()
 	close(e.stop)
 	_ = e.src.SetReadDeadline(time.Unix(1, 0)) // wakes a pending Read
 	<-e.done

@@ -373,3 +373,56 @@ func TestConnectEarlySourceFails(t *testing.T) {
 	wait(t, ch, "ConnectEarly")
 	r.wantRST(1, http2.ErrCodeConnect)
 }
+
+// trySource holds bytes that TryRead returns at once; its Read, which
+// ConnectEarly must not need, counts its calls and returns EOF.
+type trySource struct {
+	b     []byte
+	reads atomic.Int32
+}
+
+func (s *trySource) TryRead(p []byte) (int, error) {
+	n := copy(p, s.b)
+	s.b = s.b[n:]
+	return n, nil
+}
+
+func (s *trySource) Read(p []byte) (int, error) {
+	s.reads.Add(1)
+	return 0, io.EOF
+}
+
+func (s *trySource) SetReadDeadline(time.Time) error { return nil }
+
+// TestConnectEarlyTryRead: bytes a source already holds (TryRead) leave
+// with the HEADERS, before the response, and within the peer's window: the
+// rest of what was taken follows the 200. No reader waits on the source.
+func TestConnectEarlyTryRead(t *testing.T) {
+	const window = 100
+	cc, r := rawServerPeerOn(t, earlyIP, Config{}, http2.Setting{ID: http2.SettingInitialWindowSize, Val: window})
+	all := payload(3, 300)
+	src := &trySource{b: all}
+	ch := make(chan error, 1)
+	var s *ClientStream
+	go func() {
+		var err error
+		s, err = cc.ConnectEarly(t.Context(), "10.0.0.1:80", nil, src)
+		ch <- err
+	}()
+	r.want(func(f rawFrame) bool { return f.typ == http2.FrameHeaders && f.stream == 1 })
+	got := dataUntil(r, 1, window)
+	r.headers(1, false, ":status", "200")
+	r.must(r.fr.WriteWindowUpdate(1, 1<<20))
+	got = append(got, dataUntil(r, 1, len(all)-window)...)
+	wait(t, ch, "ConnectEarly")
+	defer s.Close()
+	if !bytes.Equal(got, all) {
+		t.Fatalf("stream carried %d bytes that are not the %d the source held", len(got), len(all))
+	}
+	if s.EarlyBytes() != int64(len(all)) {
+		t.Errorf("EarlyBytes = %d, want %d", s.EarlyBytes(), len(all))
+	}
+	if n := src.reads.Load(); n != 0 {
+		t.Errorf("source read %d times: a reader waited although its bytes were there", n)
+	}
+}
