@@ -72,7 +72,35 @@ func (cc *ClientConn) Connect(ctx context.Context, authority string, h http.Head
 	if err := cc.c.reserve(); err != nil {
 		return nil, err
 	}
-	return cc.c.connect(ctx, authority, h)
+	return cc.c.connect(ctx, authority, h, nil)
+}
+
+// ConnectEarly is Connect for a tunnel whose first bytes come from src (the
+// downstream connection): while it waits for the response it reads src and
+// sends what arrives right after the request HEADERS, up to the peer's
+// initial stream window (and at most 64 KiB), so that a client that speaks
+// first does not wait for the 200 before its bytes move; a server that
+// speaks first loses nothing, since the HEADERS leave at once. Nothing is
+// read from src after the response: on a 200 the bytes read are all sent
+// before ConnectEarly returns, and the caller relays the rest of src.
+//
+// Bytes sent on a stream answered otherwise are lost with it (the server
+// must discard them); a refused stream was not processed, so a Pool sends
+// them again on its retry. A stream that took early bytes and was then lost
+// with its connection, unanswered, fails with ErrConnClosed rather than
+// ErrRefused: the server may have delivered them.
+//
+// ConnectEarly owns src's read deadline while it runs and leaves it cleared.
+// If reading src failed otherwise than with EOF, the returned stream is
+// already aborted. EarlyBytes reports how many bytes of src it sent.
+func (cc *ClientConn) ConnectEarly(ctx context.Context, authority string, h http.Header, src EarlySource) (*ClientStream, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := cc.c.reserve(); err != nil {
+		return nil, err
+	}
+	return cc.c.connect(ctx, authority, h, &early{src: src})
 }
 
 // ActiveStreams returns the number of streams open or being opened.
@@ -151,8 +179,9 @@ func (c *conn) unreserve() {
 	c.maybeFinish()
 }
 
-// connect opens a stream on a reserved slot and waits for the response.
-func (c *conn) connect(ctx context.Context, authority string, h http.Header) (*ClientStream, error) {
+// connect opens a stream on a reserved slot and waits for the response,
+// sending e's bytes meanwhile if e is not nil.
+func (c *conn) connect(ctx context.Context, authority string, h http.Header, e *early) (*ClientStream, error) {
 	fields := []hpack.HeaderField{
 		{Name: ":method", Value: http.MethodConnect},
 		{Name: ":authority", Value: authority},
@@ -164,42 +193,77 @@ func (c *conn) connect(ctx context.Context, authority string, h http.Header) (*C
 	}
 	cs := &ClientStream{}
 	s := &cs.stream
-	if err := c.open(s, fields); err != nil {
+	var first []byte
+	if e != nil {
+		e.tryFirst()
+		first = e.buf
+	}
+	win, sent, err := c.open(s, fields, first)
+	if err != nil {
 		c.unreserve()
 		return nil, err
 	}
+	if e == nil {
+		if err := s.awaitResponse(ctx); err != nil {
+			s.Close()
+			return nil, err
+		}
+		return cs, nil
+	}
+	e.sent = sent
+	if e.waits() {
+		e.start(s, int(min(win, maxEarly)))
+	}
 	if err := s.awaitResponse(ctx); err != nil {
+		s.Close() // fails the early sender's writes and window waits
+		if e.halt() > 0 && errors.Is(err, ErrConnClosed) {
+			// Lost unanswered with bytes sent: the server may have
+			// delivered them, so a retry could deliver them twice.
+			return nil, fmt.Errorf("hbone: connection lost before the response, after early bytes: %w", ErrConnClosed)
+		}
+		return nil, err
+	}
+	e.halt()
+	if err := e.finish(cs); err != nil {
 		s.Close()
 		return nil, err
 	}
 	return cs, nil
 }
 
-// open assigns s the next stream id and writes its request HEADERS. Ids are
-// assigned under the write lock so that they reach the wire in order (RFC
-// 9113 §5.1.1).
-func (c *conn) open(s *stream, fields []hpack.HeaderField) error {
+// open assigns s the next stream id and writes its request HEADERS, then,
+// in the same write, as much of first as the send windows allow; it returns
+// the stream's initial send window (the peer's) and how much of first it
+// sent. Ids are assigned under the write lock so that they reach the wire
+// in order (RFC 9113 §5.1.1).
+func (c *conn) open(s *stream, fields []hpack.HeaderField, first []byte) (win int64, sent int, err error) {
 	c.lockWrite()
 	c.mu.Lock()
 	if c.err != nil || c.goAwayRecv || c.nextID > maxStreamID {
 		c.mu.Unlock()
 		c.unlockWrite()
-		return ErrNoCapacity
+		return 0, 0, ErrNoCapacity
 	}
 	id := c.nextID
 	c.nextID += 2
 	s.init(c, id)
-	s.sendWin = c.peerInitWin
+	win = c.peerInitWin
+	n := max(min(int64(len(first)), win, c.sendWin), 0)
+	s.sendWin = win - n
+	c.sendWin -= n
 	c.streams[id] = s
 	c.mu.Unlock()
 	if c.werr == nil {
 		c.werr = c.writeHeadersLocked(id, false, fields)
 	}
+	if c.werr == nil && n > 0 {
+		c.werr = c.writeDataLocked(id, false, first[:n]) // in frames of the peer's size
+	}
 	if err := c.unlockWrite(); err != nil {
 		c.fail(err)
-		return ErrNoCapacity // nothing was processed: safe to retry elsewhere
+		return 0, 0, ErrNoCapacity // nothing was processed: safe to retry elsewhere
 	}
-	return nil
+	return win, int(n), nil
 }
 
 // awaitResponse waits for the final response to the CONNECT.
@@ -301,7 +365,13 @@ func (s *stream) failResponse(err error) {
 // net.Conn; CloseWrite half-closes the tunnel.
 type ClientStream struct {
 	stream
+	early int64 // bytes ConnectEarly sent from its source
 }
+
+// EarlyBytes returns how many bytes ConnectEarly read from its source and
+// sent on the stream (0 for Connect): the caller's byte count of the
+// tunnel's write direction starts there.
+func (s *ClientStream) EarlyBytes() int64 { return s.early }
 
 var _ net.Conn = (*ClientStream)(nil)
 

@@ -44,6 +44,12 @@
 // opens one tunnel. A [Pool] keeps client connections per [Key] (SPEC §3.6):
 // one in-flight dial per key, about MaxStreamsPerConn streams per connection,
 // idle connections released after IdleTimeout.
+// [ClientConn.ConnectEarly] and [Pool.ConnectEarly] also send the tunnel's
+// first bytes, read from the downstream connection while the response is
+// awaited, right after the request HEADERS and within the peer's initial
+// stream window, so a client that speaks first does not wait for the 200;
+// the pool keeps them until the response and sends them again when it
+// retries a refused stream.
 //
 // # Streams
 //

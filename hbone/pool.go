@@ -114,6 +114,18 @@ func NewPool(cfg PoolConfig) *Pool {
 // GOAWAY) are retried on another connection: a connection that refused a
 // stream leaves the pool first, so the retry never goes back to it.
 func (p *Pool) Connect(ctx context.Context, key Key, authority string, h http.Header) (*ClientStream, error) {
+	return p.connect(ctx, key, authority, h, nil)
+}
+
+// ConnectEarly is Connect with the tunnel's first bytes read from src and
+// sent before the response, as ClientConn.ConnectEarly does. The bytes are
+// kept until a response: a retry after a refused stream sends them again,
+// byte for byte, on the new stream.
+func (p *Pool) ConnectEarly(ctx context.Context, key Key, authority string, h http.Header, src EarlySource) (*ClientStream, error) {
+	return p.connect(ctx, key, authority, h, &early{src: src})
+}
+
+func (p *Pool) connect(ctx context.Context, key Key, authority string, h http.Header, e *early) (*ClientStream, error) {
 	const maxAttempts = 3
 	var err error
 	for range maxAttempts {
@@ -122,7 +134,7 @@ func (p *Pool) Connect(ctx context.Context, key Key, authority string, h http.He
 			return nil, err
 		}
 		var s *ClientStream
-		if s, err = pc.cc.c.connect(ctx, authority, h); err == nil {
+		if s, err = pc.cc.c.connect(ctx, authority, h, e); err == nil {
 			return s, nil
 		}
 		if !retryable(err) || ctx.Err() != nil {

@@ -157,12 +157,16 @@ func (s *stream) consumedLocked(n int) {
 
 // Write sends p as DATA frames as large as the peer's frame size and the flow
 // control windows allow. It blocks while the windows are exhausted.
-func (s *stream) Write(p []byte) (int, error) {
+func (s *stream) Write(p []byte) (int, error) { return s.write(p, nil) }
+
+// write is Write, except that when stop is closed it no longer waits for
+// send window: it returns errEarlyHalted with what it sent.
+func (s *stream) write(p []byte, stop <-chan struct{}) (int, error) {
 	s.wlock.Lock()
 	defer s.wlock.Unlock()
 	total := len(p)
 	for len(p) > 0 {
-		n, err := s.reserveSend(len(p))
+		n, err := s.reserveSend(len(p), stop)
 		if err != nil {
 			return total - len(p), err
 		}
@@ -187,8 +191,9 @@ func (s *stream) Write(p []byte) (int, error) {
 }
 
 // reserveSend waits until both the stream's and the connection's send
-// windows are open and takes up to want bytes from them.
-func (s *stream) reserveSend(want int) (int, error) {
+// windows are open and takes up to want bytes from them. It gives up with
+// errEarlyHalted when stop (nil: never) is closed while it waits.
+func (s *stream) reserveSend(want int, stop <-chan struct{}) (int, error) {
 	c := s.c
 	maxFrame := int64(c.peerMaxFrame.Load())
 	for {
@@ -221,6 +226,8 @@ func (s *stream) reserveSend(want int) (int, error) {
 		select {
 		case <-cw:
 		case <-sw:
+		case <-stop:
+			return 0, errEarlyHalted
 		}
 	}
 }

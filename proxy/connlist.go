@@ -104,6 +104,17 @@ func (l *liveConns) bind(rec *connRecord, down net.Conn) {
 	}
 }
 
+// preCount adds n request bytes to rec's listed connection, if it is
+// listed: the bytes sent with the CONNECT, before the relay's counting.
+func (l *liveConns) preCount(rec *connRecord, n int64) {
+	if n == 0 || rec == nil || rec.live == nil {
+		return
+	}
+	if v, ok := l.m.Load(rec); ok {
+		v.(*liveConn).requestBytes.Add(n)
+	}
+}
+
 // counters returns the live byte counters of the listed connection whose
 // downstream leg is down, for relay.Start; nil when it is not listed, or when
 // both legs are TCP sockets the relay splices (see LiveConn.BytesLive).

@@ -59,7 +59,14 @@ func (p *Proxy) proxyOutbound(down net.Conn, dst netip.AddrPort) (net.Conn, func
 		abortLeg(down)
 		return nil, nil
 	}
-	return up, func(res relay.Result, err error) { rec.close(res.AToB, res.BToA, err) }
+	// The client's first bytes, sent with the CONNECT, count as the
+	// request bytes the relay copies after them.
+	var early int64
+	if cs, ok := up.(*hbone.ClientStream); ok {
+		early = cs.EarlyBytes()
+		p.live.preCount(rec, early)
+	}
+	return up, func(res relay.Result, err error) { rec.close(early+res.AToB, res.BToA, err) }
 }
 
 // openOutbound routes the connection and opens its upstream leg; nil means
@@ -115,11 +122,21 @@ func (p *Proxy) openOutbound(down net.Conn, dst netip.AddrPort) (net.Conn, *conn
 	if rt.kind == routeHBONE {
 		rec.hboneAddr = rt.authority
 	}
+	var es *earlySource
 	if rt.inner == nil {
-		up, err = p.dialOutbound(src, labels.srcPrincipal, downAddr, rt)
+		if rt.kind == routeHBONE {
+			es = &earlySource{Conn: down}
+		}
+		up, err = p.dialOutbound(src, labels.srcPrincipal, downAddr, rt, es)
 	}
 	if err != nil {
 		rec.fail(failureFlag(err), err)
+		if es != nil && es.n > 0 {
+			// Closing a socket with unread bytes resets it. The early
+			// sender took the client's bytes, so reset it ourselves: the
+			// client sees what it saw before bytes were sent early.
+			resetOnClose(down)
+		}
 		return nil, nil
 	}
 	if p.cfg.ListConnections {
@@ -137,8 +154,15 @@ func (p *Proxy) openOutbound(down net.Conn, dst netip.AddrPort) (net.Conn, *conn
 }
 
 // dialOutbound opens the upstream leg of rt: an HBONE stream or a TCP
-// connection. srcID is the source's SPIFFE id (HBONE only).
-func (p *Proxy) dialOutbound(src *state.Workload, srcID string, downAddr netip.AddrPort, rt route) (net.Conn, error) {
+// connection. srcID is the source's SPIFFE id (HBONE only). An HBONE
+// stream's CONNECT carries the client's first bytes, read from es while the
+// response is awaited (hbone.Pool.ConnectEarly): a client that speaks first
+// does not wait a tunnel crossing for the 200 before its request moves.
+// ztunnel waits (src/proxy/h2/client.rs, send_request awaits the response
+// before the stream is copied); its inbound holds the bytes until it has
+// authorized the request and dialed the destination, as gozt's does (see
+// hbone's early.go), so a denied destination still receives nothing.
+func (p *Proxy) dialOutbound(src *state.Workload, srcID string, downAddr netip.AddrPort, rt route, es *earlySource) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(p.lifetime, connectTimeout)
 	defer cancel()
 	if rt.kind != routeHBONE {
@@ -148,19 +172,49 @@ func (p *Proxy) dialOutbound(src *state.Workload, srcID string, downAddr netip.A
 		}
 		return c, nil
 	}
-	return p.connectPooled(ctx, srcID, downAddr, rt, connectHeader(src, downAddr, rt))
+	key := poolKey(srcID, downAddr, rt)
+	cs, err := p.pool.ConnectEarly(ctx, key, rt.authority, connectHeader(src, downAddr, rt), es)
+	if err != nil {
+		return nil, fmt.Errorf("hbone connect %s via %s: %w", rt.authority, rt.dial, err)
+	}
+	return cs, nil
 }
 
-// connectPooled opens rt's CONNECT stream with header h on a pooled HBONE
-// connection to rt.dial (SPEC §3.6).
-func (p *Proxy) connectPooled(ctx context.Context, srcID string, downAddr netip.AddrPort, rt route, h http.Header) (*hbone.ClientStream, error) {
-	key := hbone.Key{
+// earlySource is the downstream leg as hbone's early sender reads it,
+// counting what it took from the socket.
+type earlySource struct {
+	net.Conn
+	n int64
+}
+
+func (e *earlySource) Read(p []byte) (int, error) {
+	n, err := e.Conn.Read(p)
+	e.n += int64(n)
+	return n, err
+}
+
+// resetOnClose makes c's Close send a reset (SO_LINGER 0) if it is a TCP
+// connection.
+func resetOnClose(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+}
+
+// poolKey is the pool key of rt's HBONE connections (SPEC §3.6).
+func poolKey(srcID string, downAddr netip.AddrPort, rt route) hbone.Key {
+	return hbone.Key{
 		SrcIdentity:   srcID,
 		DstIdentities: strings.Join(rt.sans, ","),
 		Dst:           rt.dial,
 		SrcIP:         downAddr.Addr(),
 	}
-	s, err := p.pool.Connect(ctx, key, rt.authority, h)
+}
+
+// connectPooled opens rt's CONNECT stream with header h on a pooled HBONE
+// connection to rt.dial (SPEC §3.6).
+func (p *Proxy) connectPooled(ctx context.Context, srcID string, downAddr netip.AddrPort, rt route, h http.Header) (*hbone.ClientStream, error) {
+	s, err := p.pool.Connect(ctx, poolKey(srcID, downAddr, rt), rt.authority, h)
 	if err != nil {
 		return nil, fmt.Errorf("hbone connect %s via %s: %w", rt.authority, rt.dial, err)
 	}

@@ -1,0 +1,428 @@
+package hbone
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+)
+
+// earlyIP is the loopback address of this file's listeners.
+const earlyIP = "127.93.0.1"
+
+// tcpPairOn returns two connected TCP conns on ip: client end, server end.
+func tcpPairOn(t testing.TB, ip string) (*net.TCPConn, *net.TCPConn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", ip+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	ch := make(chan net.Conn, 1)
+	go func() {
+		c, _ := ln.Accept()
+		ch <- c
+	}()
+	cn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sn := <-ch
+	if sn == nil {
+		t.Fatal("accept failed")
+	}
+	t.Cleanup(func() { cn.Close(); sn.Close() })
+	return cn.(*net.TCPConn), sn.(*net.TCPConn)
+}
+
+// rawServerPeerOn is rawServerPeer on ip, the raw server sending settings.
+func rawServerPeerOn(t testing.TB, ip string, cfg Config, settings ...http2.Setting) (*ClientConn, *rawPeer) {
+	t.Helper()
+	cn, sn := tcpPairOn(t, ip)
+	type result struct {
+		cc  *ClientConn
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		cc, err := NewClientConn(context.Background(), cn, cfg)
+		ch <- result{cc, err}
+	}()
+	buf := make([]byte, len(http2.ClientPreface))
+	if _, err := io.ReadFull(sn, buf); err != nil || string(buf) != http2.ClientPreface {
+		t.Fatalf("client preface %q, %v", buf, err)
+	}
+	r := newRawPeer(t, sn)
+	r.must(r.fr.WriteSettings(settings...))
+	res := <-ch
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	t.Cleanup(func() { res.cc.Close() })
+	return res.cc, r
+}
+
+// dataUntil collects stream id's DATA from r until it holds n bytes; it
+// fails if the response HEADERS would have to come first (they cannot: the
+// raw peer has not sent them) or on timeout.
+func dataUntil(r *rawPeer, id uint32, n int) []byte {
+	r.t.Helper()
+	var got []byte
+	for len(got) < n {
+		f := r.want(func(f rawFrame) bool {
+			return f.typ == http2.FrameData && f.stream == id || f.typ == http2.FrameRSTStream
+		})
+		if f.typ == http2.FrameRSTStream {
+			r.t.Fatalf("RST_STREAM %v on stream %d while waiting for DATA", f.code, f.stream)
+		}
+		got = append(got, f.data...)
+	}
+	return got
+}
+
+// TestConnectEarlySendsBeforeResponse: ConnectEarly sends the source's
+// bytes right after the CONNECT HEADERS, before the server has answered
+// (the raw server waits for them before it answers 200); afterwards the
+// source is left readable (deadline cleared, nothing read past the
+// response) and the stream carries both ways.
+func TestConnectEarlySendsBeforeResponse(t *testing.T) {
+	cc, r := rawServerPeerOn(t, earlyIP, Config{})
+	app, src := tcpPairOn(t, earlyIP) // app writes; ConnectEarly reads src
+	first := []byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	if _, err := app.Write(first); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		s   *ClientStream
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		s, err := cc.ConnectEarly(t.Context(), "10.0.0.1:80", nil, src)
+		ch <- result{s, err}
+	}()
+	r.want(func(f rawFrame) bool { return f.typ == http2.FrameHeaders && f.stream == 1 })
+	if got := dataUntil(r, 1, len(first)); !bytes.Equal(got, first) {
+		t.Fatalf("DATA before the response = %q, want %q", got, first)
+	}
+	r.headers(1, false, ":status", "200")
+	res := <-ch
+	if res.err != nil {
+		t.Fatalf("ConnectEarly: %v", res.err)
+	}
+	s := res.s
+	defer s.Close()
+	if s.EarlyBytes() != int64(len(first)) {
+		t.Errorf("EarlyBytes = %d, want %d", s.EarlyBytes(), len(first))
+	}
+	// The source is the caller's again: later bytes are not taken.
+	if _, err := app.Write([]byte("later")); err != nil {
+		t.Fatal(err)
+	}
+	src.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 5)
+	if _, err := io.ReadFull(src, buf); err != nil || string(buf) != "later" {
+		t.Fatalf("source after ConnectEarly read %q, %v; want %q", buf, err, "later")
+	}
+	r.must(r.fr.WriteData(1, false, []byte("response")))
+	s.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf = make([]byte, 8)
+	if _, err := io.ReadFull(s, buf); err != nil || string(buf) != "response" {
+		t.Fatalf("stream read %q, %v", buf, err)
+	}
+}
+
+// TestConnectEarlyServerSpeaksFirst: with a source that sends nothing,
+// ConnectEarly returns on the 200 at once (its pending read is
+// interrupted) and the source is readable afterwards.
+func TestConnectEarlyServerSpeaksFirst(t *testing.T) {
+	cc, r := rawServerPeerOn(t, earlyIP, Config{})
+	app, src := tcpPairOn(t, earlyIP)
+	ch := make(chan error, 1)
+	var s *ClientStream
+	go func() {
+		var err error
+		s, err = cc.ConnectEarly(t.Context(), "10.0.0.1:80", nil, src)
+		ch <- err
+	}()
+	r.want(func(f rawFrame) bool { return f.typ == http2.FrameHeaders && f.stream == 1 })
+	r.headers(1, false, ":status", "200")
+	wait(t, ch, "ConnectEarly")
+	defer s.Close()
+	if s.EarlyBytes() != 0 {
+		t.Errorf("EarlyBytes = %d, want 0", s.EarlyBytes())
+	}
+	app.Write([]byte("x"))
+	src.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadFull(src, make([]byte, 1)); err != nil {
+		t.Fatalf("source after ConnectEarly: %v", err)
+	}
+}
+
+// TestConnectEarlyWithinWindow: before the response the client sends no
+// more than the peer's initial stream window, and reads no more from the
+// source than it sends: the rest stays there for the relay.
+func TestConnectEarlyWithinWindow(t *testing.T) {
+	const window = 100
+	cc, r := rawServerPeerOn(t, earlyIP, Config{}, http2.Setting{ID: http2.SettingInitialWindowSize, Val: window})
+	app, src := tcpPairOn(t, earlyIP)
+	all := payload(7, 1000)
+	if _, err := app.Write(all); err != nil {
+		t.Fatal(err)
+	}
+	ch := make(chan error, 1)
+	var s *ClientStream
+	go func() {
+		var err error
+		s, err = cc.ConnectEarly(t.Context(), "10.0.0.1:80", nil, src)
+		ch <- err
+	}()
+	r.want(func(f rawFrame) bool { return f.typ == http2.FrameHeaders && f.stream == 1 })
+	got := dataUntil(r, 1, window)
+	// A PING's ACK comes back after whatever the client wrote before it
+	// read the PING: any DATA beyond the window would show up by then.
+	r.must(r.fr.WritePing(false, [8]byte{1}))
+	for {
+		f := r.want(func(f rawFrame) bool {
+			return f.typ == http2.FrameData || f.typ == http2.FramePing && f.flags.Has(http2.FlagPingAck)
+		})
+		if f.typ == http2.FramePing {
+			break
+		}
+		got = append(got, f.data...)
+	}
+	if len(got) != window {
+		t.Fatalf("client sent %d bytes before the response, window %d", len(got), window)
+	}
+	r.headers(1, false, ":status", "200")
+	wait(t, ch, "ConnectEarly")
+	defer s.Close()
+	if s.EarlyBytes() != window {
+		t.Errorf("EarlyBytes = %d, want %d", s.EarlyBytes(), window)
+	}
+	rest := make([]byte, len(all)-window)
+	src.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadFull(src, rest); err != nil || !bytes.Equal(append(got, rest...), all) {
+		t.Fatalf("early bytes and the source's rest (%v) are not what was written", err)
+	}
+}
+
+// TestConnectEarlyDenied: a non-200 fails ConnectEarly as it fails Connect,
+// and resets the stream.
+func TestConnectEarlyDenied(t *testing.T) {
+	cc, r := rawServerPeerOn(t, earlyIP, Config{})
+	app, src := tcpPairOn(t, earlyIP)
+	app.Write([]byte("smuggled"))
+	ch := make(chan error, 1)
+	go func() {
+		_, err := cc.ConnectEarly(t.Context(), "10.0.0.1:80", nil, src)
+		ch <- err
+	}()
+	dataUntil(r, 1, len("smuggled"))
+	r.headers(1, true, ":status", "401")
+	select {
+	case err := <-ch:
+		var se *StatusError
+		if !errors.As(err, &se) || se.Code != http.StatusUnauthorized {
+			t.Fatalf("ConnectEarly = %v, want StatusError 401", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("ConnectEarly did not return")
+	}
+	r.wantRST(1, http2.ErrCodeCancel)
+	waitFor(t, func() bool { return cc.ActiveStreams() == 0 }, "stream released")
+}
+
+// TestPoolEarlyRetryResends: bytes sent early on a stream the server
+// refused (REFUSED_STREAM: not processed) are sent again, byte for byte,
+// on the stream the pool retries on another connection, even when that
+// connection's stream window is smaller than what was read (the rest is
+// sent after the 200).
+func TestPoolEarlyRetryResends(t *testing.T) {
+	all := payload(11, 5000)
+	received := make(chan []byte, 1)
+	srv := &Server{Config: Config{StreamWindow: 1 << 10}, Handler: func(s *ServerStream) {
+		s.Respond(http.StatusOK, nil)
+		b := make([]byte, len(all))
+		_, err := io.ReadFull(s, b)
+		if err != nil {
+			b = nil
+		}
+		received <- b
+		s.Close()
+	}}
+	refused := make(chan []byte, 1)
+	var dials atomic.Int32
+	p := NewPool(PoolConfig{Dial: func(ctx context.Context, key Key) (*ClientConn, error) {
+		if dials.Add(1) == 1 {
+			// A raw server that refuses the first stream once its early
+			// bytes have arrived.
+			cc, r := rawServerPeerOn(t, earlyIP, Config{})
+			go func() {
+				r.want(func(f rawFrame) bool { return f.typ == http2.FrameHeaders && f.stream == 1 })
+				got := dataUntil(r, 1, len(all))
+				r.must(r.fr.WriteRSTStream(1, http2.ErrCodeRefusedStream))
+				refused <- got
+			}()
+			return cc, nil
+		}
+		cn, sn := tcpPairOn(t, earlyIP)
+		go srv.ServeConn(context.Background(), sn)
+		t.Cleanup(func() { srv.Close() })
+		return NewClientConn(ctx, cn, Config{})
+	}})
+	defer p.Close()
+	app, src := tcpPairOn(t, earlyIP)
+	if _, err := app.Write(all); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	s, err := p.ConnectEarly(ctx, testKey, "10.0.0.2:80", nil, src)
+	if err != nil {
+		t.Fatalf("ConnectEarly: %v", err)
+	}
+	defer s.Close()
+	if n := dials.Load(); n != 2 {
+		t.Errorf("%d dials, want 2 (the retry on a new connection)", n)
+	}
+	if got := <-refused; !bytes.Equal(got, all) {
+		t.Errorf("refused stream got %d early bytes, want the %d written", len(got), len(all))
+	}
+	select {
+	case got := <-received:
+		if !bytes.Equal(got, all) {
+			t.Fatalf("retried stream delivered %d bytes that differ from the %d written", len(got), len(all))
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("retried stream delivered nothing")
+	}
+	if s.EarlyBytes() != int64(len(all)) {
+		t.Errorf("EarlyBytes = %d, want %d", s.EarlyBytes(), len(all))
+	}
+}
+
+// TestPoolEarlyLostNotRetried: a connection lost, unanswered, after the
+// stream took early bytes is not retried (the server may have delivered
+// them); before any byte was sent it is, as for Connect.
+func TestPoolEarlyLostNotRetried(t *testing.T) {
+	var dials atomic.Int32
+	p := NewPool(PoolConfig{Dial: func(ctx context.Context, key Key) (*ClientConn, error) {
+		dials.Add(1)
+		cc, r := rawServerPeerOn(t, earlyIP, Config{})
+		go func() {
+			r.want(func(f rawFrame) bool { return f.typ == http2.FrameData && f.stream == 1 })
+			r.c.Close()
+		}()
+		return cc, nil
+	}})
+	defer p.Close()
+	app, src := tcpPairOn(t, earlyIP)
+	app.Write([]byte("once only"))
+	_, err := p.ConnectEarly(t.Context(), testKey, "10.0.0.2:80", nil, src)
+	if !errors.Is(err, ErrConnClosed) || errors.Is(err, ErrRefused) {
+		t.Fatalf("ConnectEarly = %v, want ErrConnClosed, not ErrRefused", err)
+	}
+	if n := dials.Load(); n != 1 {
+		t.Errorf("%d dials, want 1: no retry after early bytes were sent", n)
+	}
+}
+
+// failingSource returns its bytes, then a read error.
+type failingSource struct {
+	b   []byte
+	err error
+}
+
+func (f *failingSource) Read(p []byte) (int, error) {
+	if len(f.b) == 0 {
+		return 0, f.err
+	}
+	n := copy(p, f.b)
+	f.b = f.b[n:]
+	return n, nil
+}
+
+func (f *failingSource) SetReadDeadline(time.Time) error { return nil }
+
+// TestConnectEarlySourceFails: a source that fails (a reset client) after
+// some bytes: the bytes are sent, and once answered the stream is aborted
+// with CONNECT_ERROR, as the relay would abort it on that failure.
+func TestConnectEarlySourceFails(t *testing.T) {
+	cc, r := rawServerPeerOn(t, earlyIP, Config{})
+	src := &failingSource{b: []byte("partial"), err: errors.New("connection reset by peer")}
+	ch := make(chan error, 1)
+	go func() {
+		s, err := cc.ConnectEarly(t.Context(), "10.0.0.1:80", nil, src)
+		if err == nil && s.EarlyBytes() != int64(len("partial")) {
+			err = errors.New("EarlyBytes = " + itoa(int(s.EarlyBytes())))
+		}
+		ch <- err
+	}()
+	if got := dataUntil(r, 1, len("partial")); string(got) != "partial" {
+		t.Fatalf("DATA %q", got)
+	}
+	r.headers(1, false, ":status", "200")
+	wait(t, ch, "ConnectEarly")
+	r.wantRST(1, http2.ErrCodeConnect)
+}
+
+// trySource holds bytes that TryRead returns at once; its Read, which
+// ConnectEarly must not need, counts its calls and returns EOF.
+type trySource struct {
+	b     []byte
+	reads atomic.Int32
+}
+
+func (s *trySource) TryRead(p []byte) (int, error) {
+	n := copy(p, s.b)
+	s.b = s.b[n:]
+	return n, nil
+}
+
+func (s *trySource) Read(p []byte) (int, error) {
+	s.reads.Add(1)
+	return 0, io.EOF
+}
+
+func (s *trySource) SetReadDeadline(time.Time) error { return nil }
+
+// TestConnectEarlyTryRead: bytes a source already holds (TryRead) leave
+// with the HEADERS, before the response, and within the peer's window: the
+// rest of what was taken follows the 200. No reader waits on the source.
+func TestConnectEarlyTryRead(t *testing.T) {
+	const window = 100
+	cc, r := rawServerPeerOn(t, earlyIP, Config{}, http2.Setting{ID: http2.SettingInitialWindowSize, Val: window})
+	all := payload(3, 300)
+	src := &trySource{b: all}
+	ch := make(chan error, 1)
+	var s *ClientStream
+	go func() {
+		var err error
+		s, err = cc.ConnectEarly(t.Context(), "10.0.0.1:80", nil, src)
+		ch <- err
+	}()
+	r.want(func(f rawFrame) bool { return f.typ == http2.FrameHeaders && f.stream == 1 })
+	got := dataUntil(r, 1, window)
+	r.headers(1, false, ":status", "200")
+	r.must(r.fr.WriteWindowUpdate(1, 1<<20))
+	got = append(got, dataUntil(r, 1, len(all)-window)...)
+	wait(t, ch, "ConnectEarly")
+	defer s.Close()
+	if !bytes.Equal(got, all) {
+		t.Fatalf("stream carried %d bytes that are not the %d the source held", len(got), len(all))
+	}
+	if s.EarlyBytes() != int64(len(all)) {
+		t.Errorf("EarlyBytes = %d, want %d", s.EarlyBytes(), len(all))
+	}
+	if n := src.reads.Load(); n != 0 {
+		t.Errorf("source read %d times: a reader waited although its bytes were there", n)
+	}
+}
