@@ -1,10 +1,14 @@
 package proxy
 
 import (
+	"context"
+	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/netip"
 	"strconv"
 	"sync"
@@ -14,7 +18,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/gozt/gozt/certs"
+	"github.com/gozt/gozt/certs/identity"
 	"github.com/gozt/gozt/certs/localca"
+	"github.com/gozt/gozt/hbone"
 	"github.com/gozt/gozt/proxy/state"
 	"github.com/gozt/gozt/rbac"
 )
@@ -220,4 +227,91 @@ func counterSum(t *testing.T, reg *prometheus.Registry, name, reporter string) f
 		}
 	}
 	return sum
+}
+
+// TestNoEarlyData: by default the destination's proxy sees the client's
+// first bytes before it answers the CONNECT; with NoEarlyData
+// (HBONE_EARLY_DATA=false) it sees none until it has answered, as from
+// ztunnel. The destination here is a bare HBONE server on 127.93.2.3 that
+// looks for bytes for 300 ms before its 200, then echoes.
+func TestNoEarlyData(t *testing.T) {
+	const clientIP, serverIP = "127.93.2.2", "127.93.2.3"
+	ca, err := localca.New(localca.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := ca.Issue(context.Background(), identity.Identity{TrustDomain: "cluster.local", Namespace: "ns", ServiceAccount: "server"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort(serverIP, strconv.Itoa(HBONEPort)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sawEarly := make(chan bool, 1)
+	srv := &hbone.Server{Handler: func(s *hbone.ServerStream) {
+		defer s.Close()
+		s.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+		buf := make([]byte, 64)
+		n, _ := s.Read(buf)
+		sawEarly <- n > 0
+		s.SetReadDeadline(time.Time{})
+		s.Respond(http.StatusOK, nil)
+		if n == 0 {
+			n, _ = s.Read(buf)
+		}
+		s.Write(buf[:n])
+	}}
+	tcfg := certs.ServerConfig(func(context.Context) (*certs.Cert, error) { return cert, nil })
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() { _ = srv.ServeConn(context.Background(), tls.Server(c, tcfg)) })
+		}
+	})
+	t.Cleanup(func() { l.Close(); srv.Close(); wg.Wait() })
+
+	store := state.NewStore(state.Config{})
+	var errs []error
+	store.Update(func(b *state.Batch) {
+		errs = append(errs,
+			b.InsertWorkload(&state.Workload{UID: "c//Pod/ns/client", Name: "client", Namespace: "ns", ServiceAccount: "client",
+				TrustDomain: "cluster.local", Addresses: []netip.Addr{netip.MustParseAddr(clientIP)}, Protocol: state.TunnelHBONE}),
+			b.InsertWorkload(&state.Workload{UID: "c//Pod/ns/server", Name: "server", Namespace: "ns", ServiceAccount: "server",
+				TrustDomain: "cluster.local", Addresses: []netip.Addr{netip.MustParseAddr(serverIP)}, Protocol: state.TunnelHBONE}))
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	for _, off := range []bool{false, true} {
+		t.Run(fmt.Sprintf("NoEarlyData=%v", off), func(t *testing.T) {
+			serveProxy(t, Config{
+				WorkloadUID: "c//Pod/ns/client", BindAddr: netip.MustParseAddr(clientIP), EnableSOCKS5: true, NoEarlyData: off,
+				Store: store, Certs: issuedCerts{ca}, Metrics: NewMetrics(prometheus.NewRegistry()), AccessLog: slog.New(slog.DiscardHandler),
+			}, 5*time.Second)
+			c, err := net.Dial("tcp", net.JoinHostPort(clientIP, strconv.Itoa(SOCKS5Port)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			ip4 := netip.MustParseAddr(serverIP).As4()
+			req := append([]byte{5, 1, 0, 5, 1, 0, 1}, ip4[:]...)
+			req = append(req, 0, 80)
+			if _, err := c.Write(append(req, "hello"...)); err != nil {
+				t.Fatal(err)
+			}
+			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			got := make([]byte, 12+5) // the SOCKS5 reply, then the echo
+			if _, err := io.ReadFull(c, got); err != nil || string(got[12:]) != "hello" {
+				t.Fatalf("read % x, %v; want the reply and the echo", got, err)
+			}
+			if early := <-sawEarly; early == off {
+				t.Errorf("the destination saw the client's bytes before its 200: %v, want %v", early, !off)
+			}
+		})
+	}
 }

@@ -124,7 +124,7 @@ func (p *Proxy) openOutbound(down net.Conn, dst netip.AddrPort) (net.Conn, *conn
 	}
 	var es *earlySource
 	if rt.inner == nil {
-		if rt.kind == routeHBONE {
+		if rt.kind == routeHBONE && !p.cfg.NoEarlyData {
 			es = &earlySource{Conn: down}
 		}
 		up, err = p.dialOutbound(src, labels.srcPrincipal, downAddr, rt, es)
@@ -173,7 +173,13 @@ func (p *Proxy) dialOutbound(src *state.Workload, srcID string, downAddr netip.A
 		return c, nil
 	}
 	key := poolKey(srcID, downAddr, rt)
-	cs, err := p.pool.ConnectEarly(ctx, key, rt.authority, connectHeader(src, downAddr, rt), es)
+	var cs *hbone.ClientStream
+	var err error
+	if es != nil {
+		cs, err = p.pool.ConnectEarly(ctx, key, rt.authority, connectHeader(src, downAddr, rt), es)
+	} else {
+		cs, err = p.pool.Connect(ctx, key, rt.authority, connectHeader(src, downAddr, rt))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("hbone connect %s via %s: %w", rt.authority, rt.dial, err)
 	}

@@ -127,6 +127,10 @@ type Config struct {
 	PoolIdleTimeout time.Duration
 	// Spoof controls source IP preservation on inbound dials (ENABLE_ORIG_SRC).
 	Spoof SpoofMode
+	// NoEarlyData makes outbound HBONE wait for the CONNECT's 200 before the
+	// client's first bytes leave, as ztunnel does (HBONE_EARLY_DATA=false);
+	// by default they go with the CONNECT (see dialOutbound).
+	NoEarlyData bool
 	// IgnoreForwarded ignores the Forwarded header of inbound HBONE
 	// requests, as ztunnel does (TRUST_WAYPOINT_FORWARDED=false). If false,
 	// the for= IP a request from the destination's own waypoint carries is

@@ -86,6 +86,10 @@ type Config struct {
 	// the inbound source from the Forwarded for= IP that the destination's
 	// own waypoint sends (SPEC §2.5); false ignores it, as ztunnel does.
 	TrustWaypointForwarded bool `json:"trustWaypointForwarded"`
+	// EarlyData (HBONE_EARLY_DATA, gozt only, default true) sends a
+	// client's first bytes with the outbound CONNECT instead of after its
+	// 200; false waits, as ztunnel does.
+	EarlyData bool `json:"hboneEarlyData"`
 	// LocalhostAppTunnel (LOCALHOST_APP_TUNNEL, default true) delivers
 	// PROXY-protocol application tunnels over the pod's loopback; false
 	// sends them to the pod IP (SPEC §2.7).
@@ -191,6 +195,7 @@ func load(environ []string, meshPath string) (Config, error) {
 	c.Workers.Concurrency = pc.Concurrency
 	c.AdminPort, c.StatsPort = portOr(pc.ProxyAdminPort, 15000), portOr(pc.StatsPort, 15020)
 	c.TrustWaypointForwarded = l.boolean("TRUST_WAYPOINT_FORWARDED", true)
+	c.EarlyData = l.boolean("HBONE_EARLY_DATA", true)
 	c.LocalhostAppTunnel = l.boolean("LOCALHOST_APP_TUNNEL", true)
 	var envMeta map[string]string
 	envMeta, c.MetaJSON, c.XDSHeaders, c.CAHeaders = prefixed(&l, environ)

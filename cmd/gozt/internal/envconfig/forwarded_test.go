@@ -25,3 +25,21 @@ func TestTrustWaypointForwarded(t *testing.T) {
 		t.Errorf("Load(TRUST_WAYPOINT_FORWARDED=maybe) error = %v, want one naming the variable", err)
 	}
 }
+
+// TestEarlyData: HBONE_EARLY_DATA is on unless it says false.
+func TestEarlyData(t *testing.T) {
+	for _, tc := range []struct {
+		env  []string
+		want bool
+	}{
+		{nil, true},
+		{[]string{"HBONE_EARLY_DATA=false"}, false},
+	} {
+		if c, err := Load(tc.env); err != nil || c.EarlyData != tc.want {
+			t.Errorf("Load(%q).EarlyData = %v, %v; want %v", tc.env, c.EarlyData, err, tc.want)
+		}
+	}
+	if _, err := Load([]string{"HBONE_EARLY_DATA=soon"}); err == nil || !strings.Contains(err.Error(), "HBONE_EARLY_DATA") {
+		t.Errorf("Load(HBONE_EARLY_DATA=soon) error = %v, want one naming the variable", err)
+	}
+}

@@ -250,6 +250,9 @@ func TestSoak(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
+	if t.Failed() {
+		logMeshErrors(t, tm)
+	}
 	soakDur := time.Since(start)
 
 	// What the destination received, connection by connection.
@@ -434,5 +437,32 @@ func waitFor(t *testing.T, d time.Duration, cond func() bool, what string) {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
+	}
+}
+
+// logMeshErrors logs each distinct warning and error message the mesh
+// logged, with how often, so that a failed soak says what gozt saw.
+func logMeshErrors(t *testing.T, tm *testMesh) {
+	t.Helper()
+	counts := map[string]int{}
+	for line := range strings.Lines(tm.logs.String()) {
+		if !strings.Contains(line, "level=WARN") && !strings.Contains(line, "level=ERROR") {
+			continue
+		}
+		key := line
+		if i := strings.Index(line, "level="); i >= 0 {
+			key = line[i:] // without the time
+		}
+		if i := strings.Index(key, " src.addr="); i >= 0 {
+			rest := key[i:]
+			key = key[:i] // without per-connection addresses
+			if j := strings.Index(rest, " direction="); j >= 0 {
+				key += rest[j:] // but with the direction, the error and the flags
+			}
+		}
+		counts[strings.TrimSpace(key)]++
+	}
+	for k, n := range counts {
+		t.Logf("mesh logged %d× %s", n, k)
 	}
 }

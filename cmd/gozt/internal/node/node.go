@@ -407,6 +407,7 @@ func (n *Node) proxyConfig(find func(*state.Snapshot) *state.Workload) proxy.Con
 		PoolIdleTimeout: env.PoolIdleTimeout,
 		Spoof:           spoof,
 		IgnoreForwarded: !env.TrustWaypointForwarded,
+		NoEarlyData:     !env.EarlyData,
 		// LOCALHOST_APP_TUNNEL (SPEC §2.7).
 		AppTunnelToPodIP: !env.LocalhostAppTunnel,
 		Mark:             env.PacketMark,
