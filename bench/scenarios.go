@@ -201,6 +201,18 @@ func (e *env) timed(name string, n int, sample func(context.Context, dialFunc, i
 }
 
 func runRoundTrip(ctx context.Context, e *env) ([]Result, error) {
+	return runLatency(ctx, e, "round-trip", "round trip", e.rtt, func(q string) (string, string, *Target) {
+		return "1-byte " + q, "added " + q, &Target{Max: true, Bound: 0.7}
+	})
+}
+
+// runLatency runs latency scenario scen (rows titled title): variants made
+// by mk through direct TCP, the x/net pair and gozt, interleaved; for p50
+// and p99, a row of gozt's figure ÷ direct TCP's and one of the added
+// latency (gozt's less direct TCP's) ÷ the x/net pair's, with the metric
+// names and the added row's target (or nil) that metrics gives.
+func runLatency(ctx context.Context, e *env, scen, title string, mk func(string, dialFunc) variant,
+	metrics func(q string) (whole, added string, target *Target)) ([]Result, error) {
 	out, in, err := e.goztPair(ctx, nil, nil)
 	if err != nil {
 		return nil, err
@@ -212,21 +224,25 @@ func runRoundTrip(ctx context.Context, e *env) ([]Result, error) {
 	}
 	defer stopAll([]*child{xo, xi})
 	vs := []variant{
-		e.rtt("direct TCP", e.directTCP()),
-		e.rtt("x/net pair", e.xnetDial()),
-		e.rtt("gozt", e.goztDial(1, e.plan.server)),
+		mk("direct TCP", e.directTCP()),
+		mk("x/net pair", e.xnetDial()),
+		mk("gozt", e.goztDial(1, e.plan.server)),
 	}
-	s, err := e.measure(ctx, "round-trip", vs, "p50", "µs p50")
+	s, err := e.measure(ctx, scen, vs, "p50", "µs p50")
 	if err != nil {
 		return nil, err
 	}
-	const t = "round trip"
 	n := s.count("gozt", "p50")
 	var rs []Result
 	for _, q := range []string{"p50", "p99"} {
 		g, d, x := s.median("gozt", q), s.median("direct TCP", q), s.median("x/net pair", q)
-		rs = append(rs, row(t, "1-byte "+q, g, "µs", n).vs("direct TCP", d))
-		rs = append(rs, row(t, "added "+q, g-d, "µs", n).vs("x/net pair", x-d).goal(Target{Max: true, Bound: 0.7}))
+		whole, addedName, target := metrics(q)
+		rs = append(rs, row(title, whole, g, "µs", n).vs("direct TCP", d))
+		added := row(title, addedName, g-d, "µs", n).vs("x/net pair", x-d)
+		if target != nil {
+			added = added.goal(*target)
+		}
+		rs = append(rs, added)
 	}
 	return rs, nil
 }
@@ -245,38 +261,13 @@ func (e *env) firstByte(name string, dial dialFunc) variant {
 // CONNECT does not. The HBONE connection is pooled (the warm-up opens it):
 // what is timed is one CONNECT stream and the exchange on it.
 func runFirstByte(ctx context.Context, e *env) ([]Result, error) {
-	out, in, err := e.goztPair(ctx, nil, nil)
-	if err != nil {
-		return nil, err
-	}
-	defer stopAll([]*child{out, in})
-	xo, xi, err := e.xnetPair(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer stopAll([]*child{xo, xi})
-	vs := []variant{
-		e.firstByte("direct TCP", e.directTCP()),
-		e.firstByte("x/net pair", e.xnetDial()),
-		e.firstByte("gozt", e.goztDial(1, e.plan.server)),
-	}
-	s, err := e.measure(ctx, "first-byte", vs, "p50", "µs p50")
-	if err != nil {
-		return nil, err
-	}
-	const t = "first response byte"
-	n := s.count("gozt", "p50")
-	var rs []Result
-	for _, q := range []string{"p50", "p99"} {
-		g, d, x := s.median("gozt", q), s.median("direct TCP", q), s.median("x/net pair", q)
-		rs = append(rs, row(t, "connect to first response byte "+q, g, "µs", n).vs("direct TCP", d))
-		added := row(t, "added "+q, g-d, "µs", n).vs("x/net pair", x-d)
+	return runLatency(ctx, e, "first-byte", "first response byte", e.firstByte, func(q string) (string, string, *Target) {
+		var target *Target
 		if q == "p50" {
-			added = added.goal(Target{Max: true, Bound: 0.7})
+			target = &Target{Max: true, Bound: 0.7}
 		}
-		rs = append(rs, added)
-	}
-	return rs, nil
+		return "connect to first response byte " + q, "added " + q, target
+	})
 }
 
 // rate is a connect-rate variant: connections per second, and if procs
