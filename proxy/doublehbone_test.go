@@ -284,12 +284,24 @@ func startGateway(t *testing.T, ca *localca.CA, store *state.Store) *eastWest {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := net.Listen("tcp", net.JoinHostPort(dhGatewayIP, strconv.Itoa(HBONEPort)))
+	gw := &eastWest{store: store}
+	gw.srv = &hbone.Server{Handler: gw.serve}
+	listenHBONE(t, net.JoinHostPort(dhGatewayIP, strconv.Itoa(HBONEPort)), cert, gw.srv, func(c net.Conn) {
+		gw.mu.Lock()
+		gw.dials = append(gw.dials, c.RemoteAddr().String())
+		gw.mu.Unlock()
+	})
+	return gw
+}
+
+// listenHBONE serves srv over mTLS with cert on addr until the test ends;
+// accepted, if not nil, sees each connection first.
+func listenHBONE(t *testing.T, addr string, cert *certs.Cert, srv *hbone.Server, accepted func(net.Conn)) {
+	t.Helper()
+	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	gw := &eastWest{store: store}
-	gw.srv = &hbone.Server{Handler: gw.serve}
 	tcfg := certs.ServerConfig(func(context.Context) (*certs.Cert, error) { return cert, nil })
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -298,18 +310,17 @@ func startGateway(t *testing.T, ca *localca.CA, store *state.Store) *eastWest {
 			if err != nil {
 				return
 			}
-			gw.mu.Lock()
-			gw.dials = append(gw.dials, c.RemoteAddr().String())
-			gw.mu.Unlock()
-			wg.Go(func() { _ = gw.srv.ServeConn(context.Background(), tls.Server(c, tcfg)) })
+			if accepted != nil {
+				accepted(c)
+			}
+			wg.Go(func() { _ = srv.ServeConn(context.Background(), tls.Server(c, tcfg)) })
 		}
 	})
 	t.Cleanup(func() {
 		l.Close()
-		gw.srv.Close()
+		srv.Close()
 		wg.Wait()
 	})
-	return gw
 }
 
 // serve forwards one CONNECT to the destination's HBONE port, opaquely.

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -18,7 +17,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/gozt/gozt/certs"
 	"github.com/gozt/gozt/certs/identity"
 	"github.com/gozt/gozt/certs/localca"
 	"github.com/gozt/gozt/hbone"
@@ -244,10 +242,6 @@ func TestNoEarlyData(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := net.Listen("tcp", net.JoinHostPort(serverIP, strconv.Itoa(HBONEPort)))
-	if err != nil {
-		t.Fatal(err)
-	}
 	sawEarly := make(chan bool, 1)
 	srv := &hbone.Server{Handler: func(s *hbone.ServerStream) {
 		defer s.Close()
@@ -262,18 +256,7 @@ func TestNoEarlyData(t *testing.T) {
 		}
 		s.Write(buf[:n])
 	}}
-	tcfg := certs.ServerConfig(func(context.Context) (*certs.Cert, error) { return cert, nil })
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			wg.Go(func() { _ = srv.ServeConn(context.Background(), tls.Server(c, tcfg)) })
-		}
-	})
-	t.Cleanup(func() { l.Close(); srv.Close(); wg.Wait() })
+	listenHBONE(t, net.JoinHostPort(serverIP, strconv.Itoa(HBONEPort)), cert, srv, nil)
 
 	store := state.NewStore(state.Config{})
 	var errs []error
