@@ -92,3 +92,18 @@ func (st *copyState) run() {
 	}
 	st.wait()
 }
+
+const IdleRespawn = idleRespawn
+
+// FDOf returns c's descriptor number, for the descriptor reuse test.
+func FDOf(c *net.TCPConn) int {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		panic(err)
+	}
+	fd := -1
+	if err := rc.Control(func(f uintptr) { fd = int(f) }); err != nil {
+		panic(err)
+	}
+	return fd
+}

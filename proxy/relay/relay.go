@@ -126,6 +126,10 @@ type pair struct {
 	st      *copyState
 	started func(Result, error)
 
+	// poller takes over the idle waits of the pulled direction, or is nil
+	// (park.go). Closes of a leg that may be parked go through it.
+	poller *Poller
+
 	mu       sync.Mutex
 	aborted  bool  // both conns have been closed after a failure
 	finished bool  // both directions have ended
@@ -143,8 +147,8 @@ func (p *pair) fail(h *half, err error) {
 	p.aborted = true
 	p.mu.Unlock()
 	if first {
-		abort(p.a)
-		abort(p.b)
+		p.poller.closeWith(p.a, func() { abort(p.a) })
+		p.poller.closeWith(p.b, func() { abort(p.b) })
 	}
 }
 
@@ -223,6 +227,7 @@ type half struct {
 	closeAtEnd bool  // src hit EOF but dst has no CloseWrite: close dst when the copy ends
 
 	sink *tcpSink // the destination of a pushing source, or nil (push.go)
+	pk   *parker  // src's place in the pair's Poller while registered, or nil; guarded by the Poller's mu
 
 	// After a reset of src by its peer (peerreset.go); guarded by p.mu.
 	ended      bool        // h has ended
