@@ -638,6 +638,10 @@ func (p *Proxy) localWorkload(snap *state.Snapshot) *state.Workload {
 // DNS is the workload's DNS proxy, or nil.
 func (p *Proxy) DNS() *dns.Server { return p.dns }
 
+// ParkedConns returns how many of the proxy's connections are idle with
+// their TCP leg parked in its relay Poller, holding no goroutine (issue 16).
+func (p *Proxy) ParkedConns() int { return p.relays.Parked() }
+
 // UID is the uid of the workload this proxy serves.
 func (p *Proxy) UID() string { return p.cfg.WorkloadUID }
 
