@@ -108,7 +108,7 @@ func (p *Poller) park(h *half, w *readWaiter) bool {
 	}
 	pk := h.pk
 	if pk == nil {
-		pk = &parker{h: h, w: w, tcp: h.src.(*net.TCPConn)}
+		pk = &parker{h: h, w: w, tcp: h.src().(*net.TCPConn)}
 		p.addLocked(pk)
 		h.pk = pk
 	}

@@ -67,8 +67,8 @@ type Result struct {
 func newCopyState(a, b net.Conn, aToB, bToA *atomic.Int64) *copyState {
 	st := &copyState{} // one allocation holds the whole state of the copy
 	st.pair.a, st.pair.b, st.pair.st = a, b, st
-	st.ab.init(&st.pair, a, b, aToB, "a to b", &st.ba)
-	st.ba.init(&st.pair, b, a, bToA, "b to a", &st.ab)
+	st.ab.p, st.ab.live = &st.pair, aToB
+	st.ba.p, st.ba.live = &st.pair, bToA
 	return st
 }
 
@@ -141,7 +141,7 @@ type pair struct {
 func (p *pair) fail(h *half, err error) {
 	p.mu.Lock()
 	if p.err == nil && !isBenign(err) {
-		p.err = fmt.Errorf("relay: copy %s: %w", h.name, err)
+		p.err = fmt.Errorf("relay: copy %s: %w", h.name(), err)
 	}
 	first := !p.aborted
 	p.aborted = true
@@ -162,7 +162,7 @@ func (p *pair) finish(halves ...*half) {
 		if h.closeAtEnd {
 			// The close reports nothing useful: the bytes are delivered
 			// and the peer reads EOF either way.
-			_ = h.dst.Close()
+			_ = h.dst().Close()
 		}
 	}
 }
@@ -210,13 +210,12 @@ func socketOf(c net.Conn) *net.TCPConn {
 }
 
 // half is one direction of a copy. Its fields are owned by the goroutine
-// that runs it until the pair's WaitGroup says it is done.
+// that runs it until the pair's WaitGroup says it is done. Its legs, name
+// and opposite direction follow from which of its copy's halves it is
+// (methods below), so that the state of an idle connection stays small.
 type half struct {
-	p        *pair
-	src, dst net.Conn
-	live     *atomic.Int64 // or nil
-	name     string        // "a to b" or "b to a", for errors
-	other    *half         // the opposite direction, which writes to src
+	p    *pair
+	live *atomic.Int64 // or nil
 
 	// dstShut is set when dst's write side is being shut down (just
 	// before the shutdown). The opposite direction reads it when its
@@ -236,9 +235,39 @@ type half struct {
 	resetTimer *time.Timer // closes dst if h does not end in time, or nil
 }
 
-// init sets up a zero half as the direction from src to dst.
-func (h *half) init(p *pair, src, dst net.Conn, live *atomic.Int64, name string, other *half) {
-	h.p, h.src, h.dst, h.live, h.name, h.other = p, src, dst, live, name, other
+// isAToB reports whether h is the direction from a to b.
+func (h *half) isAToB() bool { return h == &h.p.st.ab }
+
+// src is the conn h reads.
+func (h *half) src() net.Conn {
+	if h.isAToB() {
+		return h.p.a
+	}
+	return h.p.b
+}
+
+// dst is the conn h writes.
+func (h *half) dst() net.Conn {
+	if h.isAToB() {
+		return h.p.b
+	}
+	return h.p.a
+}
+
+// other is the opposite direction, which writes to src.
+func (h *half) other() *half {
+	if h.isAToB() {
+		return &h.p.st.ba
+	}
+	return &h.p.st.ab
+}
+
+// name is "a to b" or "b to a", for errors.
+func (h *half) name() string {
+	if h.isAToB() {
+		return "a to b"
+	}
+	return "b to a"
 }
 
 // runHalf runs h and marks it done. It is the body of the second goroutine
@@ -254,7 +283,7 @@ func runHalf(h *half) {
 func (h *half) run() {
 	var err error
 	if h.spliceable() {
-		err = h.splice(h.dst.(*net.TCPConn), h.src.(*net.TCPConn))
+		err = h.splice(h.dst().(*net.TCPConn), h.src().(*net.TCPConn))
 	} else {
 		err = h.copyBuffered()
 	}
@@ -263,8 +292,8 @@ func (h *half) run() {
 
 // spliceable reports whether both of h's legs are *net.TCPConn.
 func (h *half) spliceable() bool {
-	_, srcTCP := h.src.(*net.TCPConn)
-	_, dstTCP := h.dst.(*net.TCPConn)
+	_, srcTCP := h.src().(*net.TCPConn)
+	_, dstTCP := h.dst().(*net.TCPConn)
 	return srcTCP && dstTCP
 }
 
@@ -276,8 +305,8 @@ func (h *half) end(err error) {
 	// dstShut is loaded again after the look at the socket: if the
 	// opposite direction's own shutdown is what left the socket CLOSED, it
 	// set dstShut before shutting down, so the second load sees it.
-	shut := &h.other.dstShut
-	if err == nil && !shut.Load() && resetAtEOF(h.src) && !shut.Load() {
+	shut := &h.other().dstShut
+	if err == nil && !shut.Load() && resetAtEOF(h.src()) && !shut.Load() {
 		err = errResetAtEOF
 	}
 	if err == nil {
@@ -296,7 +325,7 @@ var errResetAtEOF = fmt.Errorf("read: EOF on a reset socket: %w", syscall.ECONNR
 // closeWrite signals EOF to h.dst's peer, or, when h.dst cannot half-close,
 // leaves that to the end of the copy.
 func (h *half) closeWrite() error {
-	cw, ok := h.dst.(closeWriter)
+	cw, ok := h.dst().(closeWriter)
 	if !ok {
 		h.closeAtEnd = true
 		return nil

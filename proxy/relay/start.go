@@ -56,7 +56,7 @@ func (st *copyState) runStarted() {
 	st.watchResets()
 	pull := st.startPush()
 	if pull != nil {
-		if w := newReadWaiter(pull.src.(*net.TCPConn)); w != nil {
+		if w := newReadWaiter(pull.src().(*net.TCPConn)); w != nil {
 			pull.pull(w)
 			return
 		}
@@ -136,7 +136,7 @@ func (h *half) pull(w *readWaiter) {
 // waitBriefly waits up to idleRespawn for h.src to become readable. It
 // reports whether it did, or the error the wait found.
 func (h *half) waitBriefly(w *readWaiter) (bool, error) {
-	src := h.src.(*net.TCPConn)
+	src := h.src().(*net.TCPConn)
 	if err := src.SetReadDeadline(time.Now().Add(idleRespawn)); err != nil {
 		return false, readError(err)
 	}
