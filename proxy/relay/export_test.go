@@ -107,3 +107,7 @@ func FDOf(c *net.TCPConn) int {
 	}
 	return fd
 }
+
+// SetBeforeCloseForTest makes f run in p's closes of a socket, just before
+// the close itself.
+func SetBeforeCloseForTest(p *Poller, f func()) { p.beforeClose = f }

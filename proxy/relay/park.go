@@ -58,6 +58,8 @@ type Poller struct {
 	free   []int32                  // free slots
 	gen    uint32                   // the last parker generation given out
 	byConn map[*net.TCPConn]*parker // every registered socket
+
+	beforeClose func() // tests only: runs in closeWith just before the close
 }
 
 // parker is the parked state of one pulled direction: about 50 bytes, the
@@ -190,23 +192,34 @@ func (p *Poller) CloseConn(c net.Conn) error {
 }
 
 // closeWith runs closeFn, which closes c, after taking c out of p if it is
-// parked there, and hands its direction back to a goroutine afterwards.
+// registered there, and hands its direction back to a goroutine afterwards
+// if it was parked.
+//
+// For a *net.TCPConn (the only kind of leg that parks) closeFn runs under
+// p's lock: otherwise a direction still copying could park the socket
+// between the look and the close, and nothing would end it. Once closed, the
+// socket can no longer be armed (arm's Control fails). Closing a
+// *net.TCPConn does not block: it only waits for the socket's other users,
+// whom the close wakes, and none of them waits for this lock.
 func (p *Poller) closeWith(c net.Conn, closeFn func()) {
-	tcp := socketOf(c)
-	if p == nil || tcp == nil {
+	tcp, ok := c.(*net.TCPConn)
+	if p == nil || !ok {
 		closeFn()
 		return
 	}
-	var parked *parker
 	p.mu.Lock()
-	if pk := p.byConn[tcp]; pk != nil && pk.armed {
-		parked = pk
-		p.removeLocked(pk)
+	pk := p.byConn[tcp]
+	parked := pk != nil && pk.armed
+	if pk != nil {
+		p.removeLocked(pk) // before the close: deregister, then close
 	}
-	p.mu.Unlock()
+	if p.beforeClose != nil {
+		p.beforeClose()
+	}
 	closeFn()
-	if parked != nil {
-		go parked.h.pull(parked.w)
+	p.mu.Unlock()
+	if parked {
+		go pk.h.pull(pk.w)
 	}
 }
 

@@ -434,3 +434,77 @@ func TestPollerManyIdle(t *testing.T) {
 		}
 	}
 }
+
+// TestPollerCloseWhileParking closes the pulled leg through the Poller at
+// random moments around the end of a burst, when the direction is copying,
+// waiting briefly, parking or parked: whichever it is doing, the copy ends,
+// once.
+func TestPollerCloseWhileParking(t *testing.T) {
+	p := relay.NewPoller()
+	defer p.Close()
+	ln := listenPark(t)
+	rng := mrand.New(mrand.NewPCG(5, 6))
+	for i := range 150 {
+		client, a := pairOn(t, ln)
+		b := newIdlePushConn()
+		var calls atomic.Int32
+		done := make(chan struct{})
+		p.Start(a, b, nil, nil, func(relay.Result, error) {
+			if calls.Add(1) == 1 {
+				close(done)
+			}
+		})
+		if _, err := client.Write(make([]byte, 1+rng.IntN(4096))); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Duration(rng.Int64N(int64(2 * relay.IdleRespawn))))
+		a.SetLinger(0)
+		p.CloseConn(a)
+		select {
+		case <-done:
+		case <-time.After(testTimeout):
+			t.Fatalf("iteration %d: the copy did not end after its socket was closed", i)
+		}
+		client.Close()
+		b.Close()
+		if n := calls.Load(); n != 1 {
+			t.Fatalf("iteration %d: done called %d times", i, n)
+		}
+	}
+	if n := p.Parked(); n != 0 {
+		t.Errorf("%d connections parked at the end", n)
+	}
+}
+
+// TestPollerCloseRacingPark widens the window between a close's look at the
+// Poller and the close itself, while the direction has just copied a burst
+// and is about to park: the direction must not park a socket that is being
+// closed (it would then never wake), so the copy ends.
+func TestPollerCloseRacingPark(t *testing.T) {
+	p := relay.NewPoller()
+	defer p.Close()
+	ln := listenPark(t)
+	client, a := pairOn(t, ln)
+	defer client.Close()
+	b := newIdlePushConn()
+	defer b.Close()
+	done := make(chan struct{})
+	p.Start(a, b, nil, nil, func(relay.Result, error) { close(done) })
+	if _, err := client.Write([]byte("burst")); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.n == 5
+	}, "the burst")
+	// The direction now waits up to IdleRespawn, then parks: let it try
+	// while the close is under way.
+	relay.SetBeforeCloseForTest(p, func() { time.Sleep(3 * relay.IdleRespawn) })
+	p.CloseConn(a)
+	select {
+	case <-done:
+	case <-time.After(testTimeout):
+		t.Fatal("the copy did not end: its socket was parked while being closed")
+	}
+}

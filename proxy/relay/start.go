@@ -43,8 +43,9 @@ import (
 // TCP socket instead runs as a chain of goroutines: each waits for the socket
 // to become readable, copies what is there, then leaves the next wait to a
 // fresh goroutine and exits. So the one goroutine an idle connection has only
-// ever waited, and has the runtime's smallest stack. Other legs are copied by
-// one goroutine per direction.
+// ever waited, and has the runtime's smallest stack; Poller.Start goes
+// further and leaves an idle connection no goroutine (park.go). Other legs
+// are copied by one goroutine per direction.
 func Start(a, b net.Conn, aToB, bToA *atomic.Int64, done func(Result, error)) {
 	st := newCopyState(a, b, aToB, bToA)
 	st.pair.started = done
