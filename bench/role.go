@@ -11,6 +11,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -211,14 +212,41 @@ func roleCommand(ctx context.Context, r role, line string) (string, error) {
 	return r.command(ctx, f[0], f[1:])
 }
 
-// writeHeapProfile writes the live heap (after a GC) to path.
+// writeHeapProfile writes the live heap (after a GC) to path, and beside it
+// the goroutines (path.goroutines, as text) and the runtime's memory classes
+// (path.memclasses: where the resident memory is, heap objects against
+// stacks, span metadata and fragmentation).
 func writeHeapProfile(path string) error {
 	runtime.GC()
+	if err := writeProfile(path, "heap", 0); err != nil {
+		return err
+	}
+	if err := writeProfile(path+".goroutines", "goroutine", 1); err != nil {
+		return err
+	}
+	var samples []metrics.Sample
+	for _, d := range metrics.All() {
+		if strings.HasPrefix(d.Name, "/memory/classes/") {
+			samples = append(samples, metrics.Sample{Name: d.Name})
+		}
+	}
+	metrics.Read(samples)
+	var b strings.Builder
+	for _, s := range samples {
+		if s.Value.Kind() == metrics.KindUint64 {
+			fmt.Fprintf(&b, "%-50s %12d\n", s.Name, s.Value.Uint64())
+		}
+	}
+	return os.WriteFile(path+".memclasses", []byte(b.String()), 0o644)
+}
+
+// writeProfile writes the named pprof profile to path.
+func writeProfile(path, name string, debug int) error {
 	out, err := os.Create(path)
 	if err != nil {
 		return err
 	}
-	if err := pprof.Lookup("heap").WriteTo(out, 0); err != nil {
+	if err := pprof.Lookup(name).WriteTo(out, debug); err != nil {
 		out.Close()
 		return err
 	}

@@ -382,6 +382,15 @@ func (e *env) idle(name string, pair func(context.Context) (out, in *child, err 
 			}
 		}
 		rss0 := rssAfterGC(ctx, out, in)
+		if e.opts.profileDir != "" && !warm {
+			// The same profiles before the connections, to subtract.
+			for _, c := range []*child{out, in} {
+				path := filepath.Join(e.opts.profileDir, fmt.Sprintf("idle-memory-%s-before.heap", c.name))
+				if _, err := c.call(ctx, "heapprofile "+path); err != nil {
+					return nil, err
+				}
+			}
+		}
 		g0, err := goroutines(ctx, out, in)
 		if err != nil {
 			return nil, err

@@ -278,3 +278,30 @@ func TestAfterReset(t *testing.T) {
 		t.Errorf("AfterReset ran for a stream that was not reset: %q", <-calls)
 	}
 }
+
+// TestDropHeader: a handler that has read the request's header can drop it,
+// so a long tunnel does not keep it; Header is empty afterwards.
+func TestDropHeader(t *testing.T) {
+	got := make(chan [2]string, 1)
+	p := newPair(t, func(s *ServerStream) {
+		before := s.Header().Get("Baggage")
+		s.DropHeader()
+		after := s.Header().Get("Baggage")
+		got <- [2]string{before, after}
+		s.Respond(http.StatusOK, nil)
+		s.Close()
+	}, pairOpts{pipe: true})
+	s, err := p.cc.Connect(context.Background(), "10.0.0.1:8080", http.Header{"Baggage": {"k8s.namespace.name=demo"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	select {
+	case g := <-got:
+		if g != [2]string{"k8s.namespace.name=demo", ""} {
+			t.Errorf("Header before and after DropHeader = %q, want the value, then none", g)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the handler did not run")
+	}
+}

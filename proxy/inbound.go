@@ -94,6 +94,7 @@ func (p *Proxy) serveConnect(s *hbone.ServerStream) {
 		return
 	}
 	p.live.bind(rec, s) // the live view counts the stream's bytes, when the list is kept
+	s.DropHeader()      // read by acceptConnect; a long tunnel need not keep it
 	p.handOff(s, "inbound", up, func(res relay.Result, err error) { rec.close(res.AToB, res.BToA, done(err)) })
 }
 

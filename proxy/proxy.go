@@ -201,8 +201,12 @@ type Proxy struct {
 	accessLog *slog.Logger
 	pool      *hbone.Pool
 	hbone     *hbone.Server
-	dns       *dns.Server  // or nil
-	illegal   illegalPorts // ports a connection may never target (SPEC §1.2)
+	// relays parks the idle connections' TCP legs, so that an idle
+	// connection holds no goroutine (issue 16); every close of a relayed
+	// leg while its copy may run goes through it (abortLeg, forceClose).
+	relays  *relay.Poller
+	dns     *dns.Server  // or nil
+	illegal illegalPorts // ports a connection may never target (SPEC §1.2)
 	// transparent reports whether IP_TRANSPARENT took effect on the inbound
 	// listener; set by Listen, read-only afterwards.
 	transparent bool
@@ -250,6 +254,7 @@ func New(cfg Config) (*Proxy, error) {
 		listeners: make(map[string]net.Listener),
 		conns:     make(map[net.Conn]prometheus.Gauge),
 		illegal:   illegalPorts{OutboundPort, PlaintextPort, InboundPort},
+		relays:    relay.NewPoller(),
 	}
 	if cfg.EnableSOCKS5 {
 		p.illegal[3] = SOCKS5Port
@@ -528,7 +533,7 @@ func (p *Proxy) handOff(down net.Conn, listener string, up net.Conn, finish func
 	if p.cfg.ListConnections {
 		request, response = p.live.counters(down, up)
 	}
-	relay.Start(down, up, request, response, func(res relay.Result, err error) {
+	p.relays.Start(down, up, request, response, func(res relay.Result, err error) {
 		defer p.wg.Done()
 		defer p.forget(down)
 		defer p.containPanic(down, listener)
@@ -602,6 +607,7 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	<-drained
 	p.wg.Wait()
 	p.accept.closeSpare()
+	_ = p.relays.Close() // nothing is parked any more: every copy has ended
 	return p.pool.Close()
 }
 
@@ -631,7 +637,7 @@ func (p *Proxy) forceClose() {
 	p.mu.Lock()
 	p.closing = true
 	for c := range p.conns {
-		c.Close()
+		_ = p.relays.CloseConn(c) // a relayed socket may be parked: see abortLeg
 	}
 	p.mu.Unlock()
 }
@@ -646,6 +652,10 @@ func (p *Proxy) localWorkload(snap *state.Snapshot) *state.Workload {
 
 // DNS is the workload's DNS proxy, or nil.
 func (p *Proxy) DNS() *dns.Server { return p.dns }
+
+// ParkedConns returns how many of the proxy's connections are idle with
+// their TCP leg parked in its relay Poller, holding no goroutine (issue 16).
+func (p *Proxy) ParkedConns() int { return p.relays.Parked() }
 
 // UID is the uid of the workload this proxy serves.
 func (p *Proxy) UID() string { return p.cfg.WorkloadUID }
@@ -662,7 +672,7 @@ func (p *Proxy) watchPolicy(info connmgr.Info, rec *connRecord, legs ...net.Conn
 	unregister := p.cfg.ConnMgr.Register(info, func(err error) {
 		closed.Store(&err)
 		for _, l := range legs {
-			abortLeg(l)
+			p.abortLeg(l)
 		}
 	})
 	return func(err error) error {
@@ -682,7 +692,10 @@ func (p *Proxy) watchPolicy(info connmgr.Info, rec *connRecord, legs ...net.Conn
 // connection the connection manager closes, because a policy now denies it
 // or its destination workload is gone, is cut short, and must not look
 // complete to either application (TESTPLAN F20).
-func abortLeg(c net.Conn) {
+//
+// The close goes through the relay's Poller: nothing waits on a parked idle
+// socket, so a plain Close would not end its copy.
+func (p *Proxy) abortLeg(c net.Conn) {
 	if a, ok := c.(interface{ Abort() error }); ok {
 		_ = a.Abort() // fails only on a stream already closed
 		return
@@ -690,7 +703,7 @@ func abortLeg(c net.Conn) {
 	if tcp, ok := c.(*net.TCPConn); ok {
 		_ = tcp.SetLinger(0) // the close below is all that is left either way
 	}
-	_ = c.Close()
+	_ = p.relays.CloseConn(c)
 }
 
 // localWorkloadWait is how long a connection waits for xDS to deliver the

@@ -83,7 +83,7 @@ func putBuffer(b []byte) {
 // sources are read with a buffer in hand.
 func (h *half) copyBuffered() error {
 	var w *readWaiter
-	if tcp, ok := h.src.(*net.TCPConn); ok {
+	if tcp, ok := h.src().(*net.TCPConn); ok {
 		w = newReadWaiter(tcp)
 	}
 	full := false
@@ -112,9 +112,9 @@ func (h *half) copyBuffered() error {
 func (h *half) copyChunk() (full bool, err error) {
 	buf := getBuffer(bufferSize(h.n))
 	defer putBuffer(buf)
-	nr, rerr := h.src.Read(buf)
+	nr, rerr := h.src().Read(buf)
 	if nr > 0 {
-		nw, werr := writeFull(h.dst, buf[:nr])
+		nw, werr := writeFull(h.dst(), buf[:nr])
 		h.add(int64(nw))
 		if werr != nil {
 			return false, fmt.Errorf("write: %w", werr)

@@ -92,3 +92,22 @@ func (st *copyState) run() {
 	}
 	st.wait()
 }
+
+const IdleRespawn = idleRespawn
+
+// FDOf returns c's descriptor number, for the descriptor reuse test.
+func FDOf(c *net.TCPConn) int {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		panic(err)
+	}
+	fd := -1
+	if err := rc.Control(func(f uintptr) { fd = int(f) }); err != nil {
+		panic(err)
+	}
+	return fd
+}
+
+// SetBeforeCloseForTest makes f run in p's closes of a socket, just before
+// the close itself.
+func SetBeforeCloseForTest(p *Poller, f func()) { p.beforeClose = f }

@@ -78,6 +78,7 @@ type relayed struct {
 	serverTCP      *net.TCPConn // the socket under server
 	a, b           net.Conn     // the relay legs as given to relay.Copy
 	aToB, bToA     atomic.Int64
+	poller         *relay.Poller // with viaPoller; nil otherwise (CloseConn then just closes)
 
 	done   chan copyOutcome
 	once   sync.Once
@@ -100,9 +101,12 @@ func startRelay(t testing.TB, ka, kb legKind) *relayed {
 type via int
 
 const (
-	viaCopy  via = iota // relay.CopyWithCounters on a goroutine of the test
-	viaStart            // relay.Start
+	viaCopy   via = iota // relay.CopyWithCounters on a goroutine of the test
+	viaStart             // relay.Start
+	viaPoller            // relay.Poller.Start: idle waits parked in a Poller
 )
+
+func (v via) String() string { return [...]string{"copy", "start", "poller"}[v] }
 
 // startRelayVia is startRelay with the entry point chosen.
 func startRelayVia(t testing.TB, ka, kb legKind, v via) *relayed {
@@ -113,21 +117,32 @@ func startRelayVia(t testing.TB, ka, kb legKind, v via) *relayed {
 	bTCP, r.serverTCP = tcpConnPair(t)
 	r.client, r.a = makeLegs(t, r.clientTCP, aTCP, ka, false, 1)
 	r.server, r.b = makeLegs(t, bTCP, r.serverTCP, kb, true, 2)
-	if v == viaStart {
+	switch v {
+	case viaStart:
 		relay.Start(r.a, r.b, &r.aToB, &r.bToA, func(res relay.Result, err error) {
 			r.done <- copyOutcome{res, err}
 		})
-	} else {
+	case viaPoller:
+		r.poller = relay.NewPoller()
+		r.poller.Start(r.a, r.b, &r.aToB, &r.bToA, func(res relay.Result, err error) {
+			r.done <- copyOutcome{res, err}
+		})
+	default:
 		go func() {
 			res, err := relay.CopyWithCounters(r.a, r.b, &r.aToB, &r.bToA)
 			r.done <- copyOutcome{res, err}
 		}()
 	}
 	t.Cleanup(func() {
-		for _, c := range []net.Conn{r.client, r.server, r.a, r.b} {
+		for _, c := range []net.Conn{r.client, r.server} {
 			c.Close()
 		}
+		// A leg parked in the Poller is closed through it: a plain Close
+		// would not end its copy (relay.Poller).
+		r.poller.CloseConn(r.a)
+		r.poller.CloseConn(r.b)
 		r.wait(t)
+		r.poller.Close()
 	})
 	return r
 }
@@ -178,8 +193,8 @@ func (r *relayed) wait(t testing.TB) copyOutcome {
 		case <-time.After(testTimeout):
 			t.Errorf("relay.Copy did not return within %v", testTimeout)
 			// Unblock it so the test can end; the result is lost.
-			r.a.Close()
-			r.b.Close()
+			r.poller.CloseConn(r.a)
+			r.poller.CloseConn(r.b)
 			r.result = <-r.done
 		}
 	})

@@ -29,10 +29,10 @@ const resetLinger = 500 * time.Millisecond
 
 // watchResets registers for the reset of each leg that reports one.
 func (st *copyState) watchResets() {
-	if rn, ok := st.ab.src.(resetNotifier); ok {
+	if rn, ok := st.ab.src().(resetNotifier); ok {
 		rn.AfterReset(st.ab.srcReset)
 	}
-	if rn, ok := st.ba.src.(resetNotifier); ok {
+	if rn, ok := st.ba.src().(resetNotifier); ok {
 		rn.AfterReset(st.ba.srcReset)
 	}
 }
@@ -86,6 +86,6 @@ func (h *half) closeDstAfterReset() {
 	p.mu.Unlock()
 	if !skip {
 		// The close can only report that the conn is already closed.
-		_ = h.dst.Close()
+		p.poller.closeWith(h.dst(), func() { _ = h.dst().Close() })
 	}
 }

@@ -21,11 +21,11 @@ type pushSource interface {
 // it is idle. It reports whether it did; h then ends in pushDone, which
 // marks the pair's WaitGroup done.
 func (h *half) startPush() bool {
-	src, ok := h.src.(pushSource)
+	src, ok := h.src().(pushSource)
 	if !ok || !pushSupported {
 		return false
 	}
-	dst, ok := h.dst.(*net.TCPConn)
+	dst, ok := h.dst().(*net.TCPConn)
 	if !ok {
 		return false
 	}

@@ -6,7 +6,9 @@
 // leg is an HBONE stream and the other a *net.TCPConn, only the direction
 // from the socket, while the stream pushes its bytes by itself (see below).
 // Those goroutines' stacks stay small while the connection is idle
-// (start.go). Each direction ends with a write-side shutdown of its
+// (start.go); with Poller.Start, an idle connection of the push case has no
+// goroutine at all: its TCP socket waits in the Poller's epoll set (Linux,
+// park.go), and every close of such a leg must go through the Poller. Each direction ends with a write-side shutdown of its
 // destination (FIN on TCP, close_notify on TLS, END_STREAM on an HBONE
 // stream) when its source reads EOF, so half-closed connections keep flowing
 // the other way until that side ends too.
@@ -67,8 +69,8 @@ type Result struct {
 func newCopyState(a, b net.Conn, aToB, bToA *atomic.Int64) *copyState {
 	st := &copyState{} // one allocation holds the whole state of the copy
 	st.pair.a, st.pair.b, st.pair.st = a, b, st
-	st.ab.init(&st.pair, a, b, aToB, "a to b", &st.ba)
-	st.ba.init(&st.pair, b, a, bToA, "b to a", &st.ab)
+	st.ab.p, st.ab.live = &st.pair, aToB
+	st.ba.p, st.ba.live = &st.pair, bToA
 	return st
 }
 
@@ -126,6 +128,10 @@ type pair struct {
 	st      *copyState
 	started func(Result, error)
 
+	// poller takes over the idle waits of the pulled direction, or is nil
+	// (park.go). Closes of a leg that may be parked go through it.
+	poller *Poller
+
 	mu       sync.Mutex
 	aborted  bool  // both conns have been closed after a failure
 	finished bool  // both directions have ended
@@ -137,14 +143,14 @@ type pair struct {
 func (p *pair) fail(h *half, err error) {
 	p.mu.Lock()
 	if p.err == nil && !isBenign(err) {
-		p.err = fmt.Errorf("relay: copy %s: %w", h.name, err)
+		p.err = fmt.Errorf("relay: copy %s: %w", h.name(), err)
 	}
 	first := !p.aborted
 	p.aborted = true
 	p.mu.Unlock()
 	if first {
-		abort(p.a)
-		abort(p.b)
+		p.poller.closeWith(p.a, func() { abort(p.a) })
+		p.poller.closeWith(p.b, func() { abort(p.b) })
 	}
 }
 
@@ -158,7 +164,7 @@ func (p *pair) finish(halves ...*half) {
 		if h.closeAtEnd {
 			// The close reports nothing useful: the bytes are delivered
 			// and the peer reads EOF either way.
-			_ = h.dst.Close()
+			_ = h.dst().Close()
 		}
 	}
 }
@@ -206,13 +212,12 @@ func socketOf(c net.Conn) *net.TCPConn {
 }
 
 // half is one direction of a copy. Its fields are owned by the goroutine
-// that runs it until the pair's WaitGroup says it is done.
+// that runs it until the pair's WaitGroup says it is done. Its legs, name
+// and opposite direction follow from which of its copy's halves it is
+// (methods below), so that the state of an idle connection stays small.
 type half struct {
-	p        *pair
-	src, dst net.Conn
-	live     *atomic.Int64 // or nil
-	name     string        // "a to b" or "b to a", for errors
-	other    *half         // the opposite direction, which writes to src
+	p    *pair
+	live *atomic.Int64 // or nil
 
 	// dstShut is set when dst's write side is being shut down (just
 	// before the shutdown). The opposite direction reads it when its
@@ -223,6 +228,7 @@ type half struct {
 	closeAtEnd bool  // src hit EOF but dst has no CloseWrite: close dst when the copy ends
 
 	sink *tcpSink // the destination of a pushing source, or nil (push.go)
+	pk   *parker  // src's place in the pair's Poller while registered, or nil; guarded by the Poller's mu
 
 	// After a reset of src by its peer (peerreset.go); guarded by p.mu.
 	ended      bool        // h has ended
@@ -231,9 +237,39 @@ type half struct {
 	resetTimer *time.Timer // closes dst if h does not end in time, or nil
 }
 
-// init sets up a zero half as the direction from src to dst.
-func (h *half) init(p *pair, src, dst net.Conn, live *atomic.Int64, name string, other *half) {
-	h.p, h.src, h.dst, h.live, h.name, h.other = p, src, dst, live, name, other
+// isAToB reports whether h is the direction from a to b.
+func (h *half) isAToB() bool { return h == &h.p.st.ab }
+
+// src is the conn h reads.
+func (h *half) src() net.Conn {
+	if h.isAToB() {
+		return h.p.a
+	}
+	return h.p.b
+}
+
+// dst is the conn h writes.
+func (h *half) dst() net.Conn {
+	if h.isAToB() {
+		return h.p.b
+	}
+	return h.p.a
+}
+
+// other is the opposite direction, which writes to src.
+func (h *half) other() *half {
+	if h.isAToB() {
+		return &h.p.st.ba
+	}
+	return &h.p.st.ab
+}
+
+// name is "a to b" or "b to a", for errors.
+func (h *half) name() string {
+	if h.isAToB() {
+		return "a to b"
+	}
+	return "b to a"
 }
 
 // runHalf runs h and marks it done. It is the body of the second goroutine
@@ -249,7 +285,7 @@ func runHalf(h *half) {
 func (h *half) run() {
 	var err error
 	if h.spliceable() {
-		err = h.splice(h.dst.(*net.TCPConn), h.src.(*net.TCPConn))
+		err = h.splice(h.dst().(*net.TCPConn), h.src().(*net.TCPConn))
 	} else {
 		err = h.copyBuffered()
 	}
@@ -258,8 +294,8 @@ func (h *half) run() {
 
 // spliceable reports whether both of h's legs are *net.TCPConn.
 func (h *half) spliceable() bool {
-	_, srcTCP := h.src.(*net.TCPConn)
-	_, dstTCP := h.dst.(*net.TCPConn)
+	_, srcTCP := h.src().(*net.TCPConn)
+	_, dstTCP := h.dst().(*net.TCPConn)
 	return srcTCP && dstTCP
 }
 
@@ -271,8 +307,8 @@ func (h *half) end(err error) {
 	// dstShut is loaded again after the look at the socket: if the
 	// opposite direction's own shutdown is what left the socket CLOSED, it
 	// set dstShut before shutting down, so the second load sees it.
-	shut := &h.other.dstShut
-	if err == nil && !shut.Load() && resetAtEOF(h.src) && !shut.Load() {
+	shut := &h.other().dstShut
+	if err == nil && !shut.Load() && resetAtEOF(h.src()) && !shut.Load() {
 		err = errResetAtEOF
 	}
 	if err == nil {
@@ -291,7 +327,7 @@ var errResetAtEOF = fmt.Errorf("read: EOF on a reset socket: %w", syscall.ECONNR
 // closeWrite signals EOF to h.dst's peer, or, when h.dst cannot half-close,
 // leaves that to the end of the copy.
 func (h *half) closeWrite() error {
-	cw, ok := h.dst.(closeWriter)
+	cw, ok := h.dst().(closeWriter)
 	if !ok {
 		h.closeAtEnd = true
 		return nil

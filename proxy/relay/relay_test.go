@@ -50,10 +50,12 @@ func TestCopyIntegrity(t *testing.T) {
 		{legTCP, legPush, viaStart},
 		{legChaos, legTCP, viaStart},
 		{legTCP, legTCP, viaStart},
+		{legTCP, legPush, viaPoller},
+		{legPush, legTCP, viaPoller},
 	} {
 		name := tc.a.String() + "-" + tc.b.String()
-		if tc.v == viaStart {
-			name += "/start"
+		if tc.v != viaCopy {
+			name += "/" + tc.v.String()
 		}
 		t.Run(name, func(t *testing.T) {
 			n := streamSize(t)
@@ -119,9 +121,10 @@ func TestCopyHalfClose(t *testing.T) {
 		{legTCP, legTCP, viaCopy}, {legChaos, legChaos, viaCopy}, {legTLS, legTLS, viaCopy},
 		{legTCP, legPush, viaCopy}, {legPush, legTCP, viaCopy},
 		{legTCP, legPush, viaStart}, {legPush, legTCP, viaStart}, {legTLS, legTLS, viaStart},
+		{legTCP, legPush, viaPoller}, {legPush, legTCP, viaPoller},
 	} {
 		for _, clientFirst := range []bool{true, false} {
-			name := fmt.Sprintf("%v-%v/via-start=%v/client-first=%v", legs.a, legs.b, legs.v == viaStart, clientFirst)
+			name := fmt.Sprintf("%v-%v/via-%v/client-first=%v", legs.a, legs.b, legs.v, clientFirst)
 			t.Run(name, func(t *testing.T) {
 				r := startRelayVia(t, legs.a, legs.b, legs.v)
 				first, second := r.client, r.server
@@ -246,9 +249,10 @@ func TestCopyReset(t *testing.T) {
 		{legTCP, legTCP, viaCopy}, {legTLS, legTLS, viaCopy}, {legChaos, legChaos, viaCopy},
 		{legTCP, legPush, viaCopy}, {legPush, legTCP, viaCopy},
 		{legTCP, legPush, viaStart}, {legTCP, legTLS, viaStart},
+		{legTCP, legPush, viaPoller}, {legPush, legTCP, viaPoller},
 	} {
 		for _, resetClient := range []bool{true, false} {
-			t.Run(fmt.Sprintf("%v-%v/via-start=%v/reset-client=%v", legs.a, legs.b, legs.v == viaStart, resetClient), func(t *testing.T) {
+			t.Run(fmt.Sprintf("%v-%v/via-%v/reset-client=%v", legs.a, legs.b, legs.v, resetClient), func(t *testing.T) {
 				r := startRelayVia(t, legs.a, legs.b, legs.v)
 				deadline(t, r.client, r.server)
 				victimTCP, victim, survivor := r.clientTCP, r.client, r.server

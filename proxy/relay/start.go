@@ -43,8 +43,9 @@ import (
 // TCP socket instead runs as a chain of goroutines: each waits for the socket
 // to become readable, copies what is there, then leaves the next wait to a
 // fresh goroutine and exits. So the one goroutine an idle connection has only
-// ever waited, and has the runtime's smallest stack. Other legs are copied by
-// one goroutine per direction.
+// ever waited, and has the runtime's smallest stack; Poller.Start goes
+// further and leaves an idle connection no goroutine (park.go). Other legs
+// are copied by one goroutine per direction.
 func Start(a, b net.Conn, aToB, bToA *atomic.Int64, done func(Result, error)) {
 	st := newCopyState(a, b, aToB, bToA)
 	st.pair.started = done
@@ -56,7 +57,7 @@ func (st *copyState) runStarted() {
 	st.watchResets()
 	pull := st.startPush()
 	if pull != nil {
-		if w := newReadWaiter(pull.src.(*net.TCPConn)); w != nil {
+		if w := newReadWaiter(pull.src().(*net.TCPConn)); w != nil {
 			pull.pull(w)
 			return
 		}
@@ -85,12 +86,34 @@ const idleRespawn = 20 * time.Millisecond
 // runtime's smallest, and the deep work (TLS, HTTP/2 framing) grows only the
 // stacks of goroutines that end soon.
 //
+// With a Poller (park.go) the idle wait has no goroutine at all: a turn
+// first waits up to idleRespawn on its goroutine, and once the socket has
+// been quiet that long it parks it in the Poller and exits; the Poller
+// starts the next turn when the socket is readable. The short waits keep a
+// connection that is busy (a request and its response, say) off the epoll
+// calls, which cost a wake-up of the Poller's goroutine and two system calls
+// per turn.
+//
 // Start owns the socket's read deadline meanwhile: it sets one for the
 // short waits.
 func (h *half) pull(w *readWaiter) {
-	err := w.wait()
-	if err != nil {
-		err = readError(err)
+	var err error
+	switch {
+	case !h.p.poller.usable():
+		err = w.wait()
+		if err != nil {
+			err = readError(err)
+		}
+	default:
+		var ready bool
+		if ready, err = h.waitBriefly(w); err == nil && !ready {
+			if h.p.poller.park(h, w) {
+				return
+			}
+			if err = w.wait(); err != nil {
+				err = readError(err)
+			}
+		}
 	}
 	for err == nil {
 		var full, ready bool
@@ -99,7 +122,9 @@ func (h *half) pull(w *readWaiter) {
 			continue
 		}
 		if ready, err = h.waitBriefly(w); err == nil && !ready {
-			go h.pull(w)
+			if !h.p.poller.park(h, w) {
+				go h.pull(w)
+			}
 			return
 		}
 	}
@@ -112,7 +137,7 @@ func (h *half) pull(w *readWaiter) {
 // waitBriefly waits up to idleRespawn for h.src to become readable. It
 // reports whether it did, or the error the wait found.
 func (h *half) waitBriefly(w *readWaiter) (bool, error) {
-	src := h.src.(*net.TCPConn)
+	src := h.src().(*net.TCPConn)
 	if err := src.SetReadDeadline(time.Now().Add(idleRespawn)); err != nil {
 		return false, readError(err)
 	}
@@ -133,6 +158,7 @@ func (h *half) waitBriefly(w *readWaiter) (bool, error) {
 // aborts the pair (as run does), then waits for the pushing direction on a
 // new goroutine, so that this one's stack, grown by the copy, is freed.
 func (h *half) endPull(err error) {
+	h.p.poller.forget(h)
 	h.end(err)
 	go h.p.st.finishStarted()
 }
