@@ -56,7 +56,7 @@ func (p *Proxy) proxyOutbound(down net.Conn, dst netip.AddrPort) (net.Conn, func
 		// read like an empty answer: a reset, whether or not its first
 		// bytes are still unread (TESTPLAN 34). ztunnel's close resets only
 		// while some are.
-		abortLeg(down)
+		p.abortLeg(down)
 		return nil, nil
 	}
 	// The client's first bytes, sent with the CONNECT, count as the
