@@ -40,7 +40,7 @@ const (
 	// memCgroupLimit is the cgroup's memory limit and memGoLimit the
 	// GOMEMLIMIT under it (TESTPLAN F22).
 	memCgroupLimit = 256 << 20
-	memGoLimit     = 192 << 20 // high water 163 MiB: the slow readers pin about 128
+	memGoLimit     = 176 << 20 // high water 150 MiB: the slow readers pin about 128
 	memSlowReaders = 100
 	// memMaxIdle bounds the idle connections (shedding must start well
 	// before): each takes two descriptors in the test and two in gozt,
@@ -280,7 +280,7 @@ func memEcho(c net.Conn, line string) error {
 }
 
 // TestMemoryPressure (TESTPLAN F22): gozt runs in a memory cgroup of 256
-// MiB with GOMEMLIMIT 192 MiB. 100 slow-reader connections (half never
+// MiB with GOMEMLIMIT 176 MiB. 100 slow-reader connections (half never
 // reading what the application sends, half sending to an application that
 // never reads) pin HBONE buffers, then idle connections are opened until
 // admission control sheds new ones. The process is never OOM-killed, new
