@@ -18,10 +18,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	xproxy "golang.org/x/net/proxy"
 
-	"github.com/gozt/gozt/certs/identity"
-	"github.com/gozt/gozt/certs/localca"
 	"github.com/gozt/gozt/hbone"
-	"github.com/gozt/gozt/proxy/state"
 )
 
 // TestAdmissionWatermarks: new connections are refused once the sampled
@@ -144,21 +141,7 @@ func shedCount(t *testing.T, m *Metrics, listener, reason string) float64 {
 // once; connections already open keep flowing; below the low-water mark
 // new connections and streams succeed again.
 func TestAdmissionShedsUnderMemoryPressure(t *testing.T) {
-	echo := lineEcho(t, admitEchoIP+":0")
-	local := lineEcho(t, admitWorkloadIP+":0")
-	ca, err := localca.New(localca.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := identity.Identity{TrustDomain: "cluster.local", Namespace: "ns", ServiceAccount: "w"}
-	store := state.NewStore(state.Config{})
-	store.Update(func(b *state.Batch) {
-		err = b.InsertWorkload(&state.Workload{UID: "c//Pod/ns/w", Name: "w", Namespace: "ns", ServiceAccount: "w",
-			TrustDomain: "cluster.local", Addresses: []netip.Addr{netip.MustParseAddr(admitWorkloadIP)}, Protocol: state.TunnelHBONE})
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	echo, local, ca, id, store := oneWorkload(t, admitEchoIP, admitWorkloadIP)
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, nil))
 	var used atomic.Uint64

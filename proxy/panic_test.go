@@ -120,21 +120,7 @@ func TestHandlerPanicContained(t *testing.T) {
 		}
 	})
 
-	echo := lineEcho(t, panicEchoIP+":0")
-	local := lineEcho(t, panicWorkloadIP+":0")
-	ca, err := localca.New(localca.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := identity.Identity{TrustDomain: "cluster.local", Namespace: "ns", ServiceAccount: "w"}
-	store := state.NewStore(state.Config{})
-	store.Update(func(b *state.Batch) {
-		err = b.InsertWorkload(&state.Workload{UID: "c//Pod/ns/w", Name: "w", Namespace: "ns", ServiceAccount: "w",
-			TrustDomain: "cluster.local", Addresses: []netip.Addr{netip.MustParseAddr(panicWorkloadIP)}, Protocol: state.TunnelHBONE})
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	echo, local, ca, id, store := oneWorkload(t, panicEchoIP, panicWorkloadIP)
 	logs := &syncBuffer{}
 	m := NewMetrics(prometheus.NewRegistry())
 	serveProxy(t, Config{
@@ -221,4 +207,28 @@ func TestHandlerPanicContained(t *testing.T) {
 	if n := strings.Count(logs.String(), "connection handler panicked"); n != 2 {
 		t.Errorf("%d panic log lines, want 2; logs:\n%s", n, logs)
 	}
+}
+
+// oneWorkload is the fixture of the panic and admission tests: a line echo
+// outside the mesh on echoIP, the workload's own application (another line
+// echo) on workloadIP, a CA, the workload's identity ns/w, and a store
+// holding that workload on workloadIP.
+func oneWorkload(t *testing.T, echoIP, workloadIP string) (echo, local string, ca *localca.CA, id identity.Identity, store *state.Store) {
+	t.Helper()
+	echo = lineEcho(t, echoIP+":0")
+	local = lineEcho(t, workloadIP+":0")
+	ca, err := localca.New(localca.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id = identity.Identity{TrustDomain: "cluster.local", Namespace: "ns", ServiceAccount: "w"}
+	store = state.NewStore(state.Config{})
+	store.Update(func(b *state.Batch) {
+		err = b.InsertWorkload(&state.Workload{UID: "c//Pod/ns/w", Name: "w", Namespace: "ns", ServiceAccount: "w",
+			TrustDomain: "cluster.local", Addresses: []netip.Addr{netip.MustParseAddr(workloadIP)}, Protocol: state.TunnelHBONE})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return echo, local, ca, id, store
 }
