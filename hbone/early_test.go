@@ -46,27 +46,7 @@ func tcpPairOn(t testing.TB, ip string) (*net.TCPConn, *net.TCPConn) {
 func rawServerPeerOn(t testing.TB, ip string, cfg Config, settings ...http2.Setting) (*ClientConn, *rawPeer) {
 	t.Helper()
 	cn, sn := tcpPairOn(t, ip)
-	type result struct {
-		cc  *ClientConn
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		cc, err := NewClientConn(context.Background(), cn, cfg)
-		ch <- result{cc, err}
-	}()
-	buf := make([]byte, len(http2.ClientPreface))
-	if _, err := io.ReadFull(sn, buf); err != nil || string(buf) != http2.ClientPreface {
-		t.Fatalf("client preface %q, %v", buf, err)
-	}
-	r := newRawPeer(t, sn)
-	r.must(r.fr.WriteSettings(settings...))
-	res := <-ch
-	if res.err != nil {
-		t.Fatal(res.err)
-	}
-	t.Cleanup(func() { res.cc.Close() })
-	return res.cc, r
+	return rawServerPeerOver(t, cn, sn, cfg, settings...)
 }
 
 // dataUntil collects stream id's DATA from r until it holds n bytes; it

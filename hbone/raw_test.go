@@ -237,6 +237,13 @@ func rawServer(t testing.TB, srv *Server) (*rawPeer, *serveResult) {
 func rawServerPeer(t testing.TB, cfg Config) (*ClientConn, *rawPeer) {
 	t.Helper()
 	cn, sn := connPair(t, false)
+	return rawServerPeerOver(t, cn, sn, cfg)
+}
+
+// rawServerPeerOver starts a ClientConn on cn against a raw peer on sn
+// playing the server: it reads the preface and sends settings.
+func rawServerPeerOver(t testing.TB, cn, sn net.Conn, cfg Config, settings ...http2.Setting) (*ClientConn, *rawPeer) {
+	t.Helper()
 	type result struct {
 		cc  *ClientConn
 		err error
@@ -251,7 +258,7 @@ func rawServerPeer(t testing.TB, cfg Config) (*ClientConn, *rawPeer) {
 		t.Fatalf("client preface %q, %v", buf, err)
 	}
 	r := newRawPeer(t, sn)
-	r.must(r.fr.WriteSettings())
+	r.must(r.fr.WriteSettings(settings...))
 	res := <-ch
 	if res.err != nil {
 		t.Fatal(res.err)
