@@ -125,16 +125,9 @@ func TestConnectEarlySendsBeforeResponse(t *testing.T) {
 func TestConnectEarlyServerSpeaksFirst(t *testing.T) {
 	cc, r := rawServerPeerOn(t, earlyIP, Config{})
 	app, src := tcpPairOn(t, earlyIP)
-	ch := make(chan error, 1)
-	var s *ClientStream
-	go func() {
-		var err error
-		s, err = cc.ConnectEarly(t.Context(), "10.0.0.1:80", nil, src)
-		ch <- err
-	}()
-	r.want(func(f rawFrame) bool { return f.typ == http2.FrameHeaders && f.stream == 1 })
+	connected := connectEarlyAsync(t, cc, r, src)
 	r.headers(1, false, ":status", "200")
-	wait(t, ch, "ConnectEarly")
+	s := connected()
 	defer s.Close()
 	if s.EarlyBytes() != 0 {
 		t.Errorf("EarlyBytes = %d, want 0", s.EarlyBytes())
@@ -157,14 +150,7 @@ func TestConnectEarlyWithinWindow(t *testing.T) {
 	if _, err := app.Write(all); err != nil {
 		t.Fatal(err)
 	}
-	ch := make(chan error, 1)
-	var s *ClientStream
-	go func() {
-		var err error
-		s, err = cc.ConnectEarly(t.Context(), "10.0.0.1:80", nil, src)
-		ch <- err
-	}()
-	r.want(func(f rawFrame) bool { return f.typ == http2.FrameHeaders && f.stream == 1 })
+	connected := connectEarlyAsync(t, cc, r, src)
 	got := dataUntil(r, 1, window)
 	// A PING's ACK comes back after whatever the client wrote before it
 	// read the PING: any DATA beyond the window would show up by then.
@@ -182,7 +168,7 @@ func TestConnectEarlyWithinWindow(t *testing.T) {
 		t.Fatalf("client sent %d bytes before the response, window %d", len(got), window)
 	}
 	r.headers(1, false, ":status", "200")
-	wait(t, ch, "ConnectEarly")
+	s := connected()
 	defer s.Close()
 	if s.EarlyBytes() != window {
 		t.Errorf("EarlyBytes = %d, want %d", s.EarlyBytes(), window)
@@ -382,19 +368,12 @@ func TestConnectEarlyTryRead(t *testing.T) {
 	cc, r := rawServerPeerOn(t, earlyIP, Config{}, http2.Setting{ID: http2.SettingInitialWindowSize, Val: window})
 	all := payload(3, 300)
 	src := &trySource{b: all}
-	ch := make(chan error, 1)
-	var s *ClientStream
-	go func() {
-		var err error
-		s, err = cc.ConnectEarly(t.Context(), "10.0.0.1:80", nil, src)
-		ch <- err
-	}()
-	r.want(func(f rawFrame) bool { return f.typ == http2.FrameHeaders && f.stream == 1 })
+	connected := connectEarlyAsync(t, cc, r, src)
 	got := dataUntil(r, 1, window)
 	r.headers(1, false, ":status", "200")
 	r.must(r.fr.WriteWindowUpdate(1, 1<<20))
 	got = append(got, dataUntil(r, 1, len(all)-window)...)
-	wait(t, ch, "ConnectEarly")
+	s := connected()
 	defer s.Close()
 	if !bytes.Equal(got, all) {
 		t.Fatalf("stream carried %d bytes that are not the %d the source held", len(got), len(all))
@@ -404,5 +383,25 @@ func TestConnectEarlyTryRead(t *testing.T) {
 	}
 	if n := src.reads.Load(); n != 0 {
 		t.Errorf("source read %d times: a reader waited although its bytes were there", n)
+	}
+}
+
+// connectEarlyAsync starts cc.ConnectEarly from src and waits until the raw
+// server r sees its HEADERS (stream 1); connected waits for ConnectEarly
+// and returns its stream, failing the test on an error or a timeout.
+func connectEarlyAsync(t *testing.T, cc *ClientConn, r *rawPeer, src EarlySource) (connected func() *ClientStream) {
+	t.Helper()
+	ch := make(chan error, 1)
+	var s *ClientStream
+	go func() {
+		var err error
+		s, err = cc.ConnectEarly(t.Context(), "10.0.0.1:80", nil, src)
+		ch <- err
+	}()
+	r.want(func(f rawFrame) bool { return f.typ == http2.FrameHeaders && f.stream == 1 })
+	return func() *ClientStream {
+		t.Helper()
+		wait(t, ch, "ConnectEarly")
+		return s
 	}
 }
