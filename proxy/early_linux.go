@@ -35,6 +35,5 @@ func (e *earlySource) TryRead(p []byte) (int, error) {
 	case n == 0:
 		return 0, io.EOF
 	}
-	e.n += int64(n)
 	return n, nil
 }

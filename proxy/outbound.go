@@ -130,13 +130,7 @@ func (p *Proxy) openOutbound(down net.Conn, dst netip.AddrPort) (net.Conn, *conn
 		up, err = p.dialOutbound(src, labels.srcPrincipal, downAddr, rt, es)
 	}
 	if err != nil {
-		rec.fail(failureFlag(err), err)
-		if es != nil && es.n > 0 {
-			// Closing a socket with unread bytes resets it. The early
-			// sender took the client's bytes, so reset it ourselves: the
-			// client sees what it saw before bytes were sent early.
-			resetOnClose(down)
-		}
+		rec.fail(failureFlag(err), err) // proxyOutbound resets the client
 		return nil, nil
 	}
 	if p.cfg.ListConnections {
@@ -186,26 +180,10 @@ func (p *Proxy) dialOutbound(src *state.Workload, srcID string, downAddr netip.A
 	return cs, nil
 }
 
-// earlySource is the downstream leg as hbone's early sender reads it,
-// counting what it took from the socket.
-type earlySource struct {
-	net.Conn
-	n int64
-}
-
-func (e *earlySource) Read(p []byte) (int, error) {
-	n, err := e.Conn.Read(p)
-	e.n += int64(n)
-	return n, err
-}
-
-// resetOnClose makes c's Close send a reset (SO_LINGER 0) if it is a TCP
-// connection.
-func resetOnClose(c net.Conn) {
-	if tc, ok := c.(*net.TCPConn); ok {
-		_ = tc.SetLinger(0)
-	}
-}
+// earlySource is the downstream leg as hbone's early sender reads it: the
+// connection, and TryRead for what it already holds (early_linux.go). What
+// it took is the stream's EarlyBytes.
+type earlySource struct{ net.Conn }
 
 // poolKey is the pool key of rt's HBONE connections (SPEC §3.6).
 func poolKey(srcID string, downAddr netip.AddrPort, rt route) hbone.Key {
