@@ -94,25 +94,19 @@ func earlyMesh(t *testing.T, denyPort uint16, allowPort uint16) *prometheus.Regi
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := state.NewStore(state.Config{})
-	var errs []error
-	store.Update(func(b *state.Batch) {
-		errs = append(errs,
-			b.InsertWorkload(&state.Workload{UID: "c//Pod/ns/client", Name: "client", Namespace: "ns", ServiceAccount: "client",
-				TrustDomain: "cluster.local", Addresses: []netip.Addr{netip.MustParseAddr(edClientIP)}, Protocol: state.TunnelHBONE}),
-			b.InsertWorkload(&state.Workload{UID: "c//Pod/ns/server", Name: "server", Namespace: "ns", ServiceAccount: "server",
-				TrustDomain: "cluster.local", Addresses: []netip.Addr{netip.MustParseAddr(edServerIP)}, Protocol: state.TunnelHBONE}),
+	store := storeWith(t, func(b *state.Batch) []error {
+		return []error{
+			b.InsertWorkload(nsWorkload("client", edClientIP)),
+			b.InsertWorkload(nsWorkload("server", edServerIP)),
 			b.InsertPolicy(&rbac.Policy{
 				Name: "deny-client", Namespace: "ns", Scope: rbac.Namespace, Action: rbac.Deny,
 				Rules: []rbac.Rule{{Clauses: []rbac.Clause{
 					{Matches: []rbac.Match{{Principals: []rbac.StringMatch{{Kind: rbac.Exact, Value: "cluster.local/ns/ns/sa/client"}}}}},
 					{Matches: []rbac.Match{{DestinationPorts: []uint16{denyPort}}}},
 				}}},
-			}))
+			}),
+		}
 	})
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
 	quiet := slog.New(slog.DiscardHandler)
 	serveProxy(t, Config{
 		WorkloadUID: "c//Pod/ns/server", BindAddr: netip.MustParseAddr(edServerIP), InboundOnly: true,
@@ -258,18 +252,9 @@ func TestNoEarlyData(t *testing.T) {
 	}}
 	listenHBONE(t, net.JoinHostPort(serverIP, strconv.Itoa(HBONEPort)), cert, srv, nil)
 
-	store := state.NewStore(state.Config{})
-	var errs []error
-	store.Update(func(b *state.Batch) {
-		errs = append(errs,
-			b.InsertWorkload(&state.Workload{UID: "c//Pod/ns/client", Name: "client", Namespace: "ns", ServiceAccount: "client",
-				TrustDomain: "cluster.local", Addresses: []netip.Addr{netip.MustParseAddr(clientIP)}, Protocol: state.TunnelHBONE}),
-			b.InsertWorkload(&state.Workload{UID: "c//Pod/ns/server", Name: "server", Namespace: "ns", ServiceAccount: "server",
-				TrustDomain: "cluster.local", Addresses: []netip.Addr{netip.MustParseAddr(serverIP)}, Protocol: state.TunnelHBONE}))
+	store := storeWith(t, func(b *state.Batch) []error {
+		return []error{b.InsertWorkload(nsWorkload("client", clientIP)), b.InsertWorkload(nsWorkload("server", serverIP))}
 	})
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
 	for _, off := range []bool{false, true} {
 		t.Run(fmt.Sprintf("NoEarlyData=%v", off), func(t *testing.T) {
 			serveProxy(t, Config{

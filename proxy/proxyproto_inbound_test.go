@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
-	"errors"
 	"io"
 	"net"
 	"net/netip"
@@ -60,19 +59,11 @@ func TestAppTunnelToPodIP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := state.NewStore(state.Config{})
-	var errs []error
-	store.Update(func(b *state.Batch) {
-		errs = append(errs,
-			b.InsertWorkload(&state.Workload{UID: "c//Pod/ns/client", Name: "client", Namespace: "ns", ServiceAccount: "client",
-				TrustDomain: "cluster.local", Addresses: []netip.Addr{netip.MustParseAddr(ppClientIP)}, Protocol: state.TunnelHBONE}),
-			b.InsertWorkload(&state.Workload{UID: "c//Pod/ns/server", Name: "server", Namespace: "ns", ServiceAccount: "server",
-				TrustDomain: "cluster.local", Addresses: []netip.Addr{netip.MustParseAddr(ppServerIP)}, Protocol: state.TunnelHBONE,
-				ApplicationTunnel: &state.ApplicationTunnel{Protocol: state.AppTunnelProxy, Port: tunnelPort}}))
+	server := nsWorkload("server", ppServerIP)
+	server.ApplicationTunnel = &state.ApplicationTunnel{Protocol: state.AppTunnelProxy, Port: tunnelPort}
+	store := storeWith(t, func(b *state.Batch) []error {
+		return []error{b.InsertWorkload(nsWorkload("client", ppClientIP)), b.InsertWorkload(server)}
 	})
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
 	serveProxy(t, Config{
 		WorkloadUID: "c//Pod/ns/server", BindAddr: netip.MustParseAddr(ppServerIP), InboundOnly: true,
 		Store: store, Certs: issuedCerts{ca}, Metrics: NewMetrics(prometheus.NewRegistry()),

@@ -3,12 +3,15 @@ package proxy
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"net"
+	"net/netip"
 	"testing"
 	"time"
 
 	"github.com/gozt/gozt/certs"
 	"github.com/gozt/gozt/hbone"
+	"github.com/gozt/gozt/proxy/state"
 )
 
 // serveProxy starts a proxy for cfg, listening and serving until the test
@@ -53,4 +56,24 @@ func dialHBONE(t *testing.T, ctx context.Context, src, dst string, cert *certs.C
 	}
 	t.Cleanup(func() { cc.Close() })
 	return cc
+}
+
+// nsWorkload is workload ns/name of the proxy tests: service account name,
+// trust domain cluster.local, HBONE, at ip.
+func nsWorkload(name, ip string) *state.Workload {
+	return &state.Workload{UID: "c//Pod/ns/" + name, Name: name, Namespace: "ns", ServiceAccount: name,
+		TrustDomain: "cluster.local", Addresses: []netip.Addr{netip.MustParseAddr(ip)}, Protocol: state.TunnelHBONE}
+}
+
+// storeWith returns a store that fill filled, failing the test on any of
+// the errors fill returns.
+func storeWith(t *testing.T, fill func(b *state.Batch) []error) *state.Store {
+	t.Helper()
+	store := state.NewStore(state.Config{})
+	var errs []error
+	store.Update(func(b *state.Batch) { errs = fill(b) })
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	return store
 }
