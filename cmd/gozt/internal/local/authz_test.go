@@ -5,6 +5,7 @@ package local
 import (
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -85,14 +86,7 @@ func TestAuthorizationEndToEnd(t *testing.T) {
 // open closes the denied one within a second; the other keeps flowing.
 func TestPolicyChangeClosesLiveConnection(t *testing.T) {
 	tm := startMesh(t)
-	listenBackend(t, tm.ips.Server+":8080", echoHandler)
-	listenBackend(t, tm.ips.Server+":9090", echoHandler)
-	victim := tm.socksDial(t, tm.ips.Server+":8080")
-	defer victim.Close()
-	other := tm.socksDial(t, tm.ips.Server+":9090")
-	defer other.Close()
-	roundTrip(t, victim)
-	roundTrip(t, other)
+	victim, other := victimAndOther(t, tm)
 
 	setPolicy(t, tm.Store(), denyClient8080(), false)
 	victim.SetReadDeadline(time.Now().Add(time.Second + 500*time.Millisecond))
@@ -179,4 +173,20 @@ func TestEarlyDataToDeniedTarget(t *testing.T) {
 	if got := b.accepted(); len(got) != 0 {
 		t.Errorf("denied target was dialed %d times", len(got))
 	}
+}
+
+// victimAndOther opens, through the client's SOCKS5 port, one connection to
+// an echo on server:8080 (which denyClient8080 denies) and one to an echo on
+// server:9090, each after a round trip; the test's end closes both.
+func victimAndOther(t *testing.T, tm *testMesh) (victim, other net.Conn) {
+	t.Helper()
+	listenBackend(t, tm.ips.Server+":8080", echoHandler)
+	listenBackend(t, tm.ips.Server+":9090", echoHandler)
+	victim = tm.socksDial(t, tm.ips.Server+":8080")
+	t.Cleanup(func() { victim.Close() })
+	other = tm.socksDial(t, tm.ips.Server+":9090")
+	t.Cleanup(func() { other.Close() })
+	roundTrip(t, victim)
+	roundTrip(t, other)
+	return victim, other
 }

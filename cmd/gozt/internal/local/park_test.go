@@ -53,14 +53,7 @@ func waitParked(t *testing.T, tm *testMesh, n int) {
 // closes the victim, and the other wakes and flows.
 func TestPolicyChangeClosesParkedConnection(t *testing.T) {
 	tm := startParkMesh(t, 10)
-	listenBackend(t, tm.ips.Server+":8080", echoHandler)
-	listenBackend(t, tm.ips.Server+":9090", echoHandler)
-	victim := tm.socksDial(t, tm.ips.Server+":8080")
-	defer victim.Close()
-	other := tm.socksDial(t, tm.ips.Server+":9090")
-	defer other.Close()
-	roundTrip(t, victim)
-	roundTrip(t, other)
+	victim, other := victimAndOther(t, tm)
 	waitParked(t, tm, 4) // each connection in the outbound and the inbound proxy
 
 	setPolicy(t, tm.Store(), denyClient8080(), false)
