@@ -185,3 +185,25 @@ func bindNoPort(_, _ string, c syscall.RawConn) error {
 	}
 	return serr
 }
+
+// lowestPriority gives every thread of this process the lowest scheduling
+// priority (nice 19). Linux keeps nice values per thread and a new thread
+// starts with its creator's, so once every thread has it, every thread the
+// runtime starts later has it too. It returns the first failure.
+func lowestPriority() error {
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return err
+	}
+	for _, t := range tasks {
+		tid, err := strconv.Atoi(t.Name())
+		if err != nil {
+			continue
+		}
+		// A thread that exited since the listing is gone: not a failure.
+		if err := unix.Setpriority(unix.PRIO_PROCESS, tid, 19); err != nil && !errors.Is(err, unix.ESRCH) {
+			return fmt.Errorf("setpriority thread %d: %w", tid, err)
+		}
+	}
+	return nil
+}

@@ -20,5 +20,6 @@ func isolate(*exec.Cmd)                         {}
 func ownNetns(*exec.Cmd)                        {}
 func netnsInode(int) (uint64, error)            { return 0, errNotLinux }
 func netnsUnavailable() error                   { return errNotLinux }
+func lowestPriority() error                     { return errNotLinux }
 
 func bindNoPort(string, string, syscall.RawConn) error { return nil }

@@ -24,22 +24,45 @@ import (
 // in its own process so that building and sending a push does not compete
 // with the harness's probe inside one Go runtime.
 //
-// Commands: "wait-clients N" waits until N streams are open; "push N TAG"
-// pushes N new workloads named after TAG in one response and answers, as
-// JSON, the time until every client ACKed it and the wire size; "remove N
-// TAG" removes them again the same way.
+// Commands: "wait-clients N" waits until N streams are open; "prepare N
+// TAG" builds the resources of the next "push N TAG" without sending them;
+// "push N TAG" pushes N new workloads named after TAG in one response and
+// answers, as JSON, the time until every client ACKed it and the wire size;
+// "remove N TAG" removes them again the same way.
+//
+// The role stands for istiod, which runs on another machine than the
+// proxies it serves: with --low-priority (the harness's choice) every thread
+// of the process runs at nice 19, and prepare builds a push before the
+// scenario starts watching its live connection, so that what the scenario
+// measures is what the push costs the proxies, not what a control plane on
+// the same two cores costs them.
 type xdsRole struct {
-	srv     *xdsserver.Server
-	clients int
-	caFile  string
+	srv      *xdsserver.Server
+	clients  int
+	caFile   string
+	prepared preparedPush
+}
+
+// preparedPush is a push built by prepare and not yet sent.
+type preparedPush struct {
+	n    int
+	tag  string
+	rs   []*discoveryv3.Resource
+	wire int
 }
 
 func startXDS(_ context.Context, args []string) (role, error) {
 	fs := flag.NewFlagSet("xds", flag.ContinueOnError)
 	caFile := fs.String("ca-out", "", "write the server's certificate (PEM) to `FILE`")
 	clients := fs.Int("clients", 2, "clients that must ACK each push")
+	low := fs.Bool("low-priority", false, "run every thread at nice 19, as a control plane off the node")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
+	}
+	if *low {
+		if err := lowestPriority(); err != nil {
+			return nil, err
+		}
 	}
 	srvTLS, _, err := xdsserver.TLSConfigs()
 	if err != nil {
@@ -79,6 +102,15 @@ func (x *xdsRole) command(ctx context.Context, name string, args []string) (stri
 			}
 		}
 		return "", nil
+	case "prepare":
+		n, err := strconv.Atoi(argOr(args, 0, ""))
+		if err != nil {
+			return "", err
+		}
+		tag := argOr(args, 1, "w")
+		rs, wire := buildPush(n, tag)
+		x.prepared = preparedPush{n: n, tag: tag, rs: rs, wire: wire}
+		return "", nil
 	case "push", "remove":
 		n, err := strconv.Atoi(argOr(args, 0, ""))
 		if err != nil {
@@ -105,33 +137,50 @@ func argOr(args []string, i int, def string) string {
 type pushResult struct {
 	Seconds   float64 `json:"seconds"`    // from the push until the last client ACKed it
 	WireBytes int     `json:"wire_bytes"` // size of the resources sent
+	Prepared  bool    `json:"prepared"`   // the push was built by prepare, before it was timed
 }
 
 func (x *xdsRole) push(ctx context.Context, remove bool, n int, tag string) (pushResult, error) {
 	var res pushResult
-	var rs []*discoveryv3.Resource
-	names := make([]string, n)
-	for i := range n {
-		w := pushWorkload(i, tag)
-		names[i] = w.GetUid()
-		if !remove {
-			r := xdsserver.WorkloadResource(w)
-			res.WireBytes += proto.Size(r)
-			rs = append(rs, r)
+	var names []string
+	p := x.prepared
+	x.prepared = preparedPush{}
+	if remove {
+		names = make([]string, n)
+		for i := range n {
+			names[i] = pushWorkload(i, tag).GetUid()
 		}
+	} else {
+		res.Prepared = p.n == n && p.tag == tag && p.rs != nil
+		if !res.Prepared {
+			p.rs, p.wire = buildPush(n, tag)
+		}
+		res.WireBytes = p.wire
 	}
 	start := time.Now()
 	var nonce string
 	if remove {
 		nonce = x.srv.Remove(xds.AddressTypeURL, names...)
 	} else {
-		nonce = x.srv.Push(xds.AddressTypeURL, rs...)
+		nonce = x.srv.Push(xds.AddressTypeURL, p.rs...)
 	}
 	if err := x.awaitACKs(ctx, nonce); err != nil {
 		return res, err
 	}
 	res.Seconds = time.Since(start).Seconds()
 	return res, nil
+}
+
+// buildPush returns the resources of a push of n workloads named after
+// tag, and their wire size.
+func buildPush(n int, tag string) ([]*discoveryv3.Resource, int) {
+	rs := make([]*discoveryv3.Resource, n)
+	wire := 0
+	for i := range n {
+		rs[i] = xdsserver.WorkloadResource(pushWorkload(i, tag))
+		wire += proto.Size(rs[i])
+	}
+	return rs, wire
 }
 
 // awaitACKs waits until every client has ACKed the response nonce.
