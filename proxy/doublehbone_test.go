@@ -24,6 +24,8 @@ import (
 	"github.com/gozt/gozt/certs/identity"
 	"github.com/gozt/gozt/certs/localca"
 	"github.com/gozt/gozt/hbone"
+	"github.com/gozt/gozt/internal/syncbuf"
+	"github.com/gozt/gozt/internal/tcptest"
 	"github.com/gozt/gozt/proxy/state"
 )
 
@@ -79,14 +81,14 @@ func TestDoubleHBONE(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	serverLog := &syncBuffer{}
+	serverLog := &syncbuf.Buffer{}
 	serverReg := prometheus.NewRegistry()
 	serveProxy(t, Config{
 		WorkloadUID: "c//Pod/ns/server", BindAddr: netip.MustParseAddr(dhServerIP), InboundOnly: true, Network: dhNetB,
 		Store: serverStore, Certs: issuedCerts{ca}, Metrics: NewMetrics(serverReg),
 		AccessLog: slog.New(slog.NewTextHandler(serverLog, nil)),
 	}, 5*time.Second)
-	clientLog := &syncBuffer{}
+	clientLog := &syncbuf.Buffer{}
 	clientReg := prometheus.NewRegistry()
 	serveProxy(t, Config{
 		WorkloadUID: "c//Pod/ns/client", BindAddr: netip.MustParseAddr(dhClientIP), EnableSOCKS5: true, Network: dhNetA,
@@ -399,23 +401,9 @@ func startEcho(t *testing.T, ip string) netip.AddrPort {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			wg.Go(func() {
-				defer c.Close()
-				_, _ = io.Copy(c, c)
-				_ = c.(*net.TCPConn).CloseWrite()
-			})
-		}
-	})
-	t.Cleanup(func() {
-		l.Close()
-		wg.Wait()
+	tcptest.Serve(t, l, func(c net.Conn) {
+		_, _ = io.Copy(c, c)
+		_ = c.(*net.TCPConn).CloseWrite()
 	})
 	return l.Addr().(*net.TCPAddr).AddrPort()
 }
@@ -444,7 +432,7 @@ func socksConnect(t *testing.T, dst netip.AddrPort) net.Conn {
 }
 
 // waitLog waits until buf holds n lines containing substr.
-func waitLog(t *testing.T, buf *syncBuffer, substr string, n int) {
+func waitLog(t *testing.T, buf *syncbuf.Buffer, substr string, n int) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for strings.Count(buf.String(), substr) < n {
