@@ -45,6 +45,7 @@ var allowed = map[string][]string{
 	"internal/jsonshape": {},
 	"internal/tcptest":   {},
 	"internal/syncbuf":   {},
+	"internal/dnstest":   {},
 }
 
 // stdlibOnly packages may import nothing outside the standard library, except
@@ -138,6 +139,7 @@ var binaryBadDeps = map[string]string{
 	module + "/certs/istioca/istiocatest": "a test helper",
 	module + "/internal/tcptest":          "a test helper",
 	module + "/internal/syncbuf":          "a test helper",
+	module + "/internal/dnstest":          "a test helper",
 }
 
 // TestBinaryDeps checks that cmd/gozt's dependencies never include testing

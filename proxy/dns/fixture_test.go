@@ -11,6 +11,7 @@ import (
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/gozt/gozt/internal/dnstest"
 	"github.com/gozt/gozt/internal/syncbuf"
 	"github.com/gozt/gozt/proxy/state"
 )
@@ -109,16 +110,6 @@ func (qs *questions) count(key string) int {
 	return qs.seen[key]
 }
 
-// serveDNS runs srv until the test ends.
-func serveDNS(t testing.TB, srv *dns.Server) {
-	started := make(chan struct{})
-	srv.NotifyStartedFunc = func() { close(started) }
-	done := make(chan struct{})
-	go func() { defer close(done); srv.ActivateAndServe() }()
-	<-started
-	t.Cleanup(func() { srv.Shutdown(); <-done })
-}
-
 // upstream is a test DNS server on loopback, UDP and TCP on one port. Its
 // questions are counted by "udp NAME" / "tcp NAME".
 type upstream struct {
@@ -168,8 +159,8 @@ func startUpstream(t testing.TB, ip string) *upstream {
 		t.Fatal(err)
 	}
 	u.addr = netip.MustParseAddrPort(pc.LocalAddr().String())
-	serveDNS(t, &dns.Server{PacketConn: pc, Handler: u.handler("udp")})
-	serveDNS(t, &dns.Server{Listener: l, Handler: u.handler("tcp")})
+	dnstest.Serve(t, &dns.Server{PacketConn: pc, Handler: u.handler("udp")})
+	dnstest.Serve(t, &dns.Server{Listener: l, Handler: u.handler("tcp")})
 	return u
 }
 

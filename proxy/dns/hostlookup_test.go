@@ -14,6 +14,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/miekg/dns"
+
+	"github.com/gozt/gozt/internal/dnstest"
 )
 
 // zone is a test authoritative server: fixed records per name, NXDOMAIN
@@ -63,7 +65,7 @@ func startZone(t testing.TB, ip string, z *zone) *zone {
 		t.Fatal(err)
 	}
 	z.addr = netip.MustParseAddrPort(pc.LocalAddr().String())
-	serveDNS(t, &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(z.answer)})
+	dnstest.Serve(t, &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(z.answer)})
 	return z
 }
 

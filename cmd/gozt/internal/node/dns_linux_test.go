@@ -14,6 +14,7 @@ import (
 	"istio.io/istio/pkg/workloadapi"
 
 	"github.com/gozt/gozt/cmd/gozt/internal/envconfig"
+	"github.com/gozt/gozt/internal/dnstest"
 	"github.com/gozt/gozt/proxy/inpod/inpodtest"
 )
 
@@ -58,13 +59,8 @@ func startPodResolver(t *testing.T, p pod) *podResolver {
 		l, err = net.Listen("tcp", p.ip+":53")
 		return err
 	})
-	for _, srv := range []*dns.Server{{PacketConn: pc, Handler: handler}, {Listener: l, Handler: handler}} {
-		started, done := make(chan struct{}), make(chan struct{})
-		srv.NotifyStartedFunc = func() { close(started) }
-		go func() { defer close(done); srv.ActivateAndServe() }()
-		<-started
-		t.Cleanup(func() { srv.Shutdown(); <-done })
-	}
+	dnstest.Serve(t, &dns.Server{PacketConn: pc, Handler: handler})
+	dnstest.Serve(t, &dns.Server{Listener: l, Handler: handler})
 	return r
 }
 
