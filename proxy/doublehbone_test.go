@@ -81,20 +81,14 @@ func TestDoubleHBONE(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	serverLog := &syncbuf.Buffer{}
-	serverReg := prometheus.NewRegistry()
-	serveProxy(t, Config{
+	serverLog, serverReg := serveWatchedProxy(t, Config{
 		WorkloadUID: "c//Pod/ns/server", BindAddr: netip.MustParseAddr(dhServerIP), InboundOnly: true, Network: dhNetB,
-		Store: serverStore, Certs: issuedCerts{ca}, Metrics: NewMetrics(serverReg),
-		AccessLog: slog.New(slog.NewTextHandler(serverLog, nil)),
-	}, 5*time.Second)
-	clientLog := &syncbuf.Buffer{}
-	clientReg := prometheus.NewRegistry()
-	serveProxy(t, Config{
+		Store: serverStore, Certs: issuedCerts{ca},
+	})
+	clientLog, clientReg := serveWatchedProxy(t, Config{
 		WorkloadUID: "c//Pod/ns/client", BindAddr: netip.MustParseAddr(dhClientIP), EnableSOCKS5: true, Network: dhNetA,
-		Store: store, Certs: issuedCerts{ca}, Metrics: NewMetrics(clientReg),
-		AccessLog: slog.New(slog.NewTextHandler(clientLog, nil)),
-	}, 5*time.Second)
+		Store: store, Certs: issuedCerts{ca},
+	})
 
 	// Both directions, twice: the second connection shares the pooled
 	// outer HBONE connection, never the inner one.
@@ -429,6 +423,17 @@ func socksConnect(t *testing.T, dst netip.AddrPort) net.Conn {
 	}
 	c.SetReadDeadline(time.Time{})
 	return c
+}
+
+// serveWatchedProxy serves cfg (with a 5s drain) with an access log and a
+// metrics registry of its own, and returns both for the test to read.
+func serveWatchedProxy(t *testing.T, cfg Config) (*syncbuf.Buffer, *prometheus.Registry) {
+	t.Helper()
+	log, reg := &syncbuf.Buffer{}, prometheus.NewRegistry()
+	cfg.Metrics = NewMetrics(reg)
+	cfg.AccessLog = slog.New(slog.NewTextHandler(log, nil))
+	serveProxy(t, cfg, 5*time.Second)
+	return log, reg
 }
 
 // waitLog waits until buf holds n lines containing substr.
