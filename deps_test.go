@@ -43,6 +43,9 @@ var allowed = map[string][]string{
 	"internal/nstest":    {},
 	"internal/runner":    {},
 	"internal/jsonshape": {},
+	"internal/tcptest":   {},
+	"internal/syncbuf":   {},
+	"internal/dnstest":   {},
 }
 
 // stdlibOnly packages may import nothing outside the standard library, except
@@ -127,12 +130,16 @@ func contains(list []string, s string) bool {
 // binaryBadDeps are packages the gozt binary must never link, with the
 // reason. Test helpers (xds/xdstest, certs/istioca/istiocatest) import
 // testing; bench uses xds/xdsserver, the core under xdstest that does not.
+// internal/syncbuf imports no testing, so only its entry here keeps it out.
 var binaryBadDeps = map[string]string{
 	"testing":                             "test code in the binary",
 	"github.com/google/go-cmp/cmp":        "a test dependency",
 	"go.uber.org/goleak":                  "a test dependency",
 	module + "/xds/xdstest":               "a test helper; use xds/xdsserver",
 	module + "/certs/istioca/istiocatest": "a test helper",
+	module + "/internal/tcptest":          "a test helper",
+	module + "/internal/syncbuf":          "a test helper",
+	module + "/internal/dnstest":          "a test helper",
 }
 
 // TestBinaryDeps checks that cmd/gozt's dependencies never include testing

@@ -19,6 +19,7 @@ import (
 	xproxy "golang.org/x/net/proxy"
 
 	"github.com/gozt/gozt/hbone"
+	"github.com/gozt/gozt/internal/syncbuf"
 )
 
 // TestAdmissionWatermarks: new connections are refused once the sampled
@@ -142,7 +143,7 @@ func shedCount(t *testing.T, m *Metrics, listener, reason string) float64 {
 // new connections and streams succeed again.
 func TestAdmissionShedsUnderMemoryPressure(t *testing.T) {
 	echo, local, ca, id, store := oneWorkload(t, admitEchoIP, admitWorkloadIP)
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	log := slog.New(slog.NewTextHandler(logs, nil))
 	var used atomic.Uint64
 	adm := NewAdmission(AdmissionConfig{MemoryLimit: 1000, Interval: 5 * time.Millisecond, Logger: log})

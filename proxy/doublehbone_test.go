@@ -24,6 +24,8 @@ import (
 	"github.com/gozt/gozt/certs/identity"
 	"github.com/gozt/gozt/certs/localca"
 	"github.com/gozt/gozt/hbone"
+	"github.com/gozt/gozt/internal/syncbuf"
+	"github.com/gozt/gozt/internal/tcptest"
 	"github.com/gozt/gozt/proxy/state"
 )
 
@@ -79,20 +81,14 @@ func TestDoubleHBONE(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	serverLog := &syncBuffer{}
-	serverReg := prometheus.NewRegistry()
-	serveProxy(t, Config{
+	serverLog, serverReg := serveWatchedProxy(t, Config{
 		WorkloadUID: "c//Pod/ns/server", BindAddr: netip.MustParseAddr(dhServerIP), InboundOnly: true, Network: dhNetB,
-		Store: serverStore, Certs: issuedCerts{ca}, Metrics: NewMetrics(serverReg),
-		AccessLog: slog.New(slog.NewTextHandler(serverLog, nil)),
-	}, 5*time.Second)
-	clientLog := &syncBuffer{}
-	clientReg := prometheus.NewRegistry()
-	serveProxy(t, Config{
+		Store: serverStore, Certs: issuedCerts{ca},
+	})
+	clientLog, clientReg := serveWatchedProxy(t, Config{
 		WorkloadUID: "c//Pod/ns/client", BindAddr: netip.MustParseAddr(dhClientIP), EnableSOCKS5: true, Network: dhNetA,
-		Store: store, Certs: issuedCerts{ca}, Metrics: NewMetrics(clientReg),
-		AccessLog: slog.New(slog.NewTextHandler(clientLog, nil)),
-	}, 5*time.Second)
+		Store: store, Certs: issuedCerts{ca},
+	})
 
 	// Both directions, twice: the second connection shares the pooled
 	// outer HBONE connection, never the inner one.
@@ -399,23 +395,9 @@ func startEcho(t *testing.T, ip string) netip.AddrPort {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			wg.Go(func() {
-				defer c.Close()
-				_, _ = io.Copy(c, c)
-				_ = c.(*net.TCPConn).CloseWrite()
-			})
-		}
-	})
-	t.Cleanup(func() {
-		l.Close()
-		wg.Wait()
+	tcptest.Serve(t, l, func(c net.Conn) {
+		_, _ = io.Copy(c, c)
+		_ = c.(*net.TCPConn).CloseWrite()
 	})
 	return l.Addr().(*net.TCPAddr).AddrPort()
 }
@@ -443,8 +425,19 @@ func socksConnect(t *testing.T, dst netip.AddrPort) net.Conn {
 	return c
 }
 
+// serveWatchedProxy serves cfg (with a 5s drain) with an access log and a
+// metrics registry of its own, and returns both for the test to read.
+func serveWatchedProxy(t *testing.T, cfg Config) (*syncbuf.Buffer, *prometheus.Registry) {
+	t.Helper()
+	log, reg := &syncbuf.Buffer{}, prometheus.NewRegistry()
+	cfg.Metrics = NewMetrics(reg)
+	cfg.AccessLog = slog.New(slog.NewTextHandler(log, nil))
+	serveProxy(t, cfg, 5*time.Second)
+	return log, reg
+}
+
 // waitLog waits until buf holds n lines containing substr.
-func waitLog(t *testing.T, buf *syncBuffer, substr string, n int) {
+func waitLog(t *testing.T, buf *syncbuf.Buffer, substr string, n int) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for strings.Count(buf.String(), substr) < n {

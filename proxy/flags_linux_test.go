@@ -9,21 +9,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/gozt/gozt/certs"
-	"github.com/gozt/gozt/certs/identity"
 	"github.com/gozt/gozt/certs/localca"
 	"github.com/gozt/gozt/hbone"
 	"github.com/gozt/gozt/internal/nstest"
 	"github.com/gozt/gozt/proxy/sockopt"
 	"github.com/gozt/gozt/proxy/state"
 )
-
-// caCerts issues every identity from one local CA.
-type caCerts struct{ ca *localca.CA }
-
-func (c caCerts) Get(ctx context.Context, id identity.Identity) (*certs.Cert, error) {
-	return c.ca.Issue(ctx, id)
-}
 
 // TestHBONEConnectTimeoutFlag: an HBONE connect that times out is reported
 // as ztunnel reports it, "maybe a NetworkPolicy is blocking HBONE port
@@ -43,7 +34,7 @@ func TestHBONEConnectTimeoutFlag(t *testing.T) {
 		t.Fatal(err)
 	}
 	p, err := New(Config{
-		WorkloadUID: "w", Store: state.NewStore(state.Config{}), Certs: caCerts{ca},
+		WorkloadUID: "w", Store: state.NewStore(state.Config{}), Certs: issuedCerts{ca},
 		Metrics: NewMetrics(prometheus.NewRegistry()),
 		InNetns: func(fn func() error) error { return sockopt.InNetns("/run/netns/"+ns, fn) },
 	})

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"net"
 	"net/netip"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,6 +21,8 @@ import (
 
 	"github.com/gozt/gozt/certs/identity"
 	"github.com/gozt/gozt/certs/localca"
+	"github.com/gozt/gozt/internal/syncbuf"
+	"github.com/gozt/gozt/internal/tcptest"
 	"github.com/gozt/gozt/proxy/state"
 )
 
@@ -32,48 +32,6 @@ const (
 	panicWorkloadIP = "127.86.1.2"
 	panicEchoIP     = "127.86.1.9"
 )
-
-// syncBuffer is a bytes.Buffer safe for a logger and a test at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
-// lineEcho listens on addr and echoes every connection until it ends.
-func lineEcho(t *testing.T, addr string) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	t.Cleanup(func() { ln.Close(); wg.Wait() })
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Go(func() {
-				defer c.Close()
-				io.Copy(c, c)
-			})
-		}
-	})
-	return ln.Addr().String()
-}
 
 // echoOnce writes a line to rw and requires it back within 5s.
 func echoOnce(t *testing.T, c net.Conn, r *bufio.Reader, line string) {
@@ -121,7 +79,7 @@ func TestHandlerPanicContained(t *testing.T) {
 	})
 
 	echo, local, ca, id, store := oneWorkload(t, panicEchoIP, panicWorkloadIP)
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	m := NewMetrics(prometheus.NewRegistry())
 	serveProxy(t, Config{
 		WorkloadUID: "c//Pod/ns/w", BindAddr: netip.MustParseAddr(panicWorkloadIP), EnableSOCKS5: true,
@@ -215,8 +173,8 @@ func TestHandlerPanicContained(t *testing.T) {
 // holding that workload on workloadIP.
 func oneWorkload(t *testing.T, echoIP, workloadIP string) (echo, local string, ca *localca.CA, id identity.Identity, store *state.Store) {
 	t.Helper()
-	echo = lineEcho(t, echoIP+":0")
-	local = lineEcho(t, workloadIP+":0")
+	echo = tcptest.Echo(t, echoIP+":0").String()
+	local = tcptest.Echo(t, workloadIP+":0").String()
 	ca, err := localca.New(localca.Config{})
 	if err != nil {
 		t.Fatal(err)

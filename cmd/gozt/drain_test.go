@@ -10,7 +10,6 @@ import (
 	"net"
 	"os"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -19,6 +18,7 @@ import (
 	"github.com/gozt/gozt/certs/identity"
 	"github.com/gozt/gozt/certs/localca"
 	"github.com/gozt/gozt/hbone"
+	"github.com/gozt/gozt/internal/tcptest"
 	xproxy "golang.org/x/net/proxy"
 )
 
@@ -56,33 +56,6 @@ func startDrainMesh(t *testing.T, deadline time.Duration) *drainMesh {
 	t.Helper()
 	return &drainMesh{startLocal(t, drainConfig, drainAdmin,
 		[]string{"CONNECTION_TERMINATION_DEADLINE=" + deadline.String(), "RUST_LOG=warn"})}
-}
-
-// echoServer echoes each connection line by line until it ends.
-func echoServer(t *testing.T) {
-	t.Helper()
-	ln, err := net.Listen("tcp", drainEchoAddr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	t.Cleanup(func() { ln.Close(); wg.Wait() })
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer c.Close()
-				io.Copy(c, c)
-			}()
-		}
-	}()
 }
 
 // echoLine writes line and reads it back.
@@ -142,7 +115,7 @@ func (m *drainMesh) hboneClient(t *testing.T) *hbone.ClientConn {
 // exits 0.
 func TestDrainOnSIGTERM(t *testing.T) {
 	const deadline = 4 * time.Second
-	echoServer(t)
+	tcptest.Echo(t, drainEchoAddr)
 	m := startDrainMesh(t, deadline)
 
 	socks, err := xproxy.SOCKS5("tcp", drainClientIP+":15080", nil, xproxy.Direct)
@@ -239,7 +212,7 @@ func TestDrainOnSIGTERM(t *testing.T) {
 // TestSecondSignalExitsAtOnce: a SIGINT during the drain ends the process
 // at once, open connections and all.
 func TestSecondSignalExitsAtOnce(t *testing.T) {
-	echoServer(t)
+	tcptest.Echo(t, drainEchoAddr)
 	m := startDrainMesh(t, time.Minute)
 	socks, err := xproxy.SOCKS5("tcp", drainClientIP+":15080", nil, xproxy.Direct)
 	if err != nil {

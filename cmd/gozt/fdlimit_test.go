@@ -19,6 +19,8 @@ import (
 	"time"
 
 	xproxy "golang.org/x/net/proxy"
+
+	"github.com/gozt/gozt/internal/tcptest"
 )
 
 // The fd-exhaustion test runs the built binary's local mesh on 127.86.0.x
@@ -131,27 +133,7 @@ func TestFDExhaustion(t *testing.T) {
 		attempts = 400
 	)
 	testStart := time.Now()
-	echoServer := func() {
-		ln, err := net.Listen("tcp", fdEchoAddr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var wg sync.WaitGroup
-		t.Cleanup(func() { ln.Close(); wg.Wait() })
-		wg.Go(func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				wg.Go(func() {
-					defer c.Close()
-					io.Copy(c, c)
-				})
-			}
-		})
-	}
-	echoServer()
+	tcptest.Echo(t, fdEchoAddr)
 	m := startFDMesh(t)
 	base := m.fds(t)
 	socks, err := xproxy.SOCKS5("tcp", fdClientIP+":15080", nil, &net.Dialer{})

@@ -1,15 +1,15 @@
 package main
 
 import (
-	"bytes"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gozt/gozt/internal/syncbuf"
 )
 
 // localProc is one `gozt local` process of the binary built for the test,
@@ -17,26 +17,8 @@ import (
 type localProc struct {
 	cmd            *exec.Cmd
 	exited         chan error // receives Wait's result once; put it back after reading
-	stdout, stderr syncBuf
+	stdout, stderr syncbuf.Buffer
 	caDir          string
-}
-
-// syncBuf is a bytes.Buffer a process and the test may use at once.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuf) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuf) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 // startLocal builds the binary and runs `gozt local` on config, with its

@@ -1,7 +1,6 @@
 package dns
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net"
@@ -12,6 +11,8 @@ import (
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/gozt/gozt/internal/dnstest"
+	"github.com/gozt/gozt/internal/syncbuf"
 	"github.com/gozt/gozt/proxy/state"
 )
 
@@ -86,11 +87,34 @@ func newTestStore(t testing.TB) *state.Store {
 	return st
 }
 
-// upstream is a test DNS server on loopback, UDP and TCP on one port.
+// questions counts the questions a test DNS server is asked, by key.
+type questions struct {
+	mu   sync.Mutex
+	seen map[string]int // key → questions
+}
+
+// ask counts one question under key.
+func (qs *questions) ask(key string) {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	if qs.seen == nil {
+		qs.seen = map[string]int{}
+	}
+	qs.seen[key]++
+}
+
+// count returns how many questions were asked under key.
+func (qs *questions) count(key string) int {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	return qs.seen[key]
+}
+
+// upstream is a test DNS server on loopback, UDP and TCP on one port. Its
+// questions are counted by "udp NAME" / "tcp NAME".
 type upstream struct {
 	addr netip.AddrPort
-	mu   sync.Mutex
-	seen map[string]int // "udp NAME" / "tcp NAME" → count
+	questions
 }
 
 // upstreamHandler answers like a recursive resolver that knows a few
@@ -99,9 +123,7 @@ type upstream struct {
 func (u *upstream) handler(network string) dns.HandlerFunc {
 	return func(w dns.ResponseWriter, req *dns.Msg) {
 		q := req.Question[0]
-		u.mu.Lock()
-		u.seen[network+" "+q.Name]++
-		u.mu.Unlock()
+		u.ask(network + " " + q.Name)
 		resp := new(dns.Msg)
 		resp.SetReply(req)
 		hdr := dns.RR_Header{Name: q.Name, Rrtype: q.Qtype, Class: dns.ClassINET, Ttl: 60}
@@ -123,16 +145,10 @@ func (u *upstream) handler(network string) dns.HandlerFunc {
 	}
 }
 
-func (u *upstream) count(key string) int {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return u.seen[key]
-}
-
 // startUpstream runs an upstream on ip until the test ends.
 func startUpstream(t testing.TB, ip string) *upstream {
 	t.Helper()
-	u := &upstream{seen: map[string]int{}}
+	u := &upstream{}
 	pc, err := net.ListenPacket("udp", ip+":0")
 	if err != nil {
 		t.Fatal(err)
@@ -143,17 +159,8 @@ func startUpstream(t testing.TB, ip string) *upstream {
 		t.Fatal(err)
 	}
 	u.addr = netip.MustParseAddrPort(pc.LocalAddr().String())
-	for _, srv := range []*dns.Server{
-		{PacketConn: pc, Handler: u.handler("udp")},
-		{Listener: l, Handler: u.handler("tcp")},
-	} {
-		started := make(chan struct{})
-		srv.NotifyStartedFunc = func() { close(started) }
-		done := make(chan struct{})
-		go func() { defer close(done); srv.ActivateAndServe() }()
-		<-started
-		t.Cleanup(func() { srv.Shutdown(); <-done })
-	}
+	dnstest.Serve(t, &dns.Server{PacketConn: pc, Handler: u.handler("udp")})
+	dnstest.Serve(t, &dns.Server{Listener: l, Handler: u.handler("tcp")})
 	return u
 }
 
@@ -162,31 +169,14 @@ type testServer struct {
 	srv      *Server
 	udp, tcp string
 	reg      *prometheus.Registry
-	logs     *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
+	logs     *syncbuf.Buffer
 }
 
 // startServer serves the fixture mesh on ip as testClient (or as an
 // unknown source if client is nil), forwarding to cfg.Upstreams.
 func startServer(t testing.TB, ip string, st *state.Store, client *state.Workload, cfg Config) *testServer {
 	t.Helper()
-	ts := &testServer{reg: prometheus.NewRegistry(), logs: &syncBuffer{}}
+	ts := &testServer{reg: prometheus.NewRegistry(), logs: &syncbuf.Buffer{}}
 	cfg.Metrics = NewMetrics(ts.reg)
 	cfg.Logger = slog.New(slog.NewTextHandler(ts.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ts.srv = NewServer(ServerConfig{

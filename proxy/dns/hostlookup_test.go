@@ -9,12 +9,13 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/miekg/dns"
+
+	"github.com/gozt/gozt/internal/dnstest"
 )
 
 // zone is a test authoritative server: fixed records per name, NXDOMAIN
@@ -25,16 +26,14 @@ type zone struct {
 	soa     bool
 	fail    map[string]bool // names answered SERVFAIL
 
-	mu   sync.Mutex
-	seen map[string]int // "NAME TYPE" → queries
+	questions // by "NAME TYPE"
 }
 
-func (z *zone) serveDNS(w dns.ResponseWriter, req *dns.Msg) {
+// answer is z's handler: it counts the question and answers from the records.
+func (z *zone) answer(w dns.ResponseWriter, req *dns.Msg) {
 	q := req.Question[0]
 	key := q.Name + " " + dns.TypeToString[q.Qtype]
-	z.mu.Lock()
-	z.seen[key]++
-	z.mu.Unlock()
+	z.ask(key)
 	resp := new(dns.Msg)
 	resp.SetReply(req)
 	switch {
@@ -58,28 +57,15 @@ func (z *zone) serveDNS(w dns.ResponseWriter, req *dns.Msg) {
 	w.WriteMsg(resp)
 }
 
-func (z *zone) count(key string) int {
-	z.mu.Lock()
-	defer z.mu.Unlock()
-	return z.seen[key]
-}
-
 // startZone serves z over UDP on ip until the test ends.
 func startZone(t testing.TB, ip string, z *zone) *zone {
 	t.Helper()
-	z.seen = map[string]int{}
 	pc, err := net.ListenPacket("udp", ip+":0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	z.addr = netip.MustParseAddrPort(pc.LocalAddr().String())
-	srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(z.serveDNS)}
-	started := make(chan struct{})
-	srv.NotifyStartedFunc = func() { close(started) }
-	done := make(chan struct{})
-	go func() { defer close(done); srv.ActivateAndServe() }()
-	<-started
-	t.Cleanup(func() { srv.Shutdown(); <-done })
+	dnstest.Serve(t, &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(z.answer)})
 	return z
 }
 

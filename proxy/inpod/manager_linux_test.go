@@ -504,24 +504,10 @@ func TestMetrics(t *testing.T) {
 	})
 }
 
-// wantMetrics checks the value of each named unlabelled series.
+// wantMetrics checks the value of each named unlabelled gauge or counter.
 func wantMetrics(t *testing.T, reg *prometheus.Registry, want map[string]float64) {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]float64{}
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			switch {
-			case m.GetGauge() != nil:
-				got[mf.GetName()] = m.GetGauge().GetValue()
-			case m.GetCounter() != nil:
-				got[mf.GetName()] = m.GetCounter().GetValue()
-			}
-		}
-	}
+	got := gatherValues(t, reg)
 	for name, w := range want {
 		g, ok := got[name]
 		if !ok {

@@ -16,16 +16,7 @@ func TestRegisterMetrics(t *testing.T) {
 	if err := inpod.RegisterMetrics(reg); err != nil {
 		t.Fatalf("RegisterMetrics: %v", err)
 	}
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]float64{}
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			got[mf.GetName()] += m.GetGauge().GetValue() + m.GetCounter().GetValue()
-		}
-	}
+	got := gatherValues(t, reg)
 	for _, name := range []string{
 		"workload_manager_active_proxy_count", "workload_manager_pending_proxy_count",
 		"workload_manager_proxies_started_total", "workload_manager_proxies_stopped_total",
@@ -40,4 +31,21 @@ func TestRegisterMetrics(t *testing.T) {
 	if err := inpod.RegisterMetrics(reg); err == nil {
 		t.Error("second RegisterMetrics on one registry succeeded")
 	}
+}
+
+// gatherValues gathers reg and returns each family's value by name: its
+// gauges' and counters' values summed over its series.
+func gatherValues(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			got[mf.GetName()] += m.GetGauge().GetValue() + m.GetCounter().GetValue()
+		}
+	}
+	return got
 }

@@ -24,6 +24,13 @@ func loopbackConn(t *testing.T, network, addr string, d *net.Dialer) (dialed, ac
 	if err != nil {
 		t.Skipf("cannot listen on %s %s: %v", network, addr, err)
 	}
+	return connTo(t, network, ln, d)
+}
+
+// connTo dials ln over network with d (nil: a zero Dialer), accepts, and
+// returns both ends, closed when the test ends. It closes ln.
+func connTo(t *testing.T, network string, ln net.Listener, d *net.Dialer) (dialed, accepted *net.TCPConn) {
+	t.Helper()
 	defer ln.Close()
 	if d == nil {
 		d = &net.Dialer{}
@@ -189,6 +196,19 @@ func keepAliveOf(t *testing.T, c *net.TCPConn) [4]int {
 	return out
 }
 
+// optionsConn returns both ends of a TCP connection on 127.0.0.1, its
+// listener from sockopt.ListenConfig(o) and its dialer sockopt.Dialer with
+// o, closed when the test ends.
+func optionsConn(t *testing.T, o sockopt.Options) (dialed, accepted *net.TCPConn) {
+	t.Helper()
+	lc := sockopt.ListenConfig(o)
+	ln, err := lc.Listen(t.Context(), "tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return connTo(t, "tcp4", ln, sockopt.Dialer(netip.Addr{}, o))
+}
+
 // TestKeepAlive checks that Options.KeepAlive reaches dialed and accepted
 // sockets as configured, and that its zero value leaves keep-alive off.
 func TestKeepAlive(t *testing.T) {
@@ -202,25 +222,9 @@ func TestKeepAlive(t *testing.T) {
 		{"off", net.KeepAliveConfig{}, [4]int{0, -1, -1, -1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			lc := sockopt.ListenConfig(sockopt.Options{KeepAlive: tc.ka})
-			ln, err := lc.Listen(t.Context(), "tcp4", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ln.Close()
-			d := sockopt.Dialer(netip.Addr{}, sockopt.Options{KeepAlive: tc.ka})
-			c, err := d.Dial("tcp4", ln.Addr().String())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			s, err := ln.Accept()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
-			for side, conn := range map[string]net.Conn{"dialed": c, "accepted": s} {
-				got := keepAliveOf(t, conn.(*net.TCPConn))
+			c, s := optionsConn(t, sockopt.Options{KeepAlive: tc.ka})
+			for side, conn := range map[string]*net.TCPConn{"dialed": c, "accepted": s} {
+				got := keepAliveOf(t, conn)
 				if got[0] != tc.want[0] {
 					t.Errorf("%s: SO_KEEPALIVE = %d, want %d", side, got[0], tc.want[0])
 				}
@@ -265,25 +269,9 @@ func TestUserTimeout(t *testing.T) {
 		{"off", 0, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			o := sockopt.Options{UserTimeout: tc.ut, KeepAlive: net.KeepAliveConfig{Enable: true}}
-			lc := sockopt.ListenConfig(o)
-			ln, err := lc.Listen(t.Context(), "tcp4", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ln.Close()
-			c, err := sockopt.Dialer(netip.Addr{}, o).Dial("tcp4", ln.Addr().String())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			s, err := ln.Accept()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
-			for side, conn := range map[string]net.Conn{"dialed": c, "accepted": s} {
-				if got := userTimeoutOf(t, conn.(*net.TCPConn)); got != tc.wantMS {
+			c, s := optionsConn(t, sockopt.Options{UserTimeout: tc.ut, KeepAlive: net.KeepAliveConfig{Enable: true}})
+			for side, conn := range map[string]*net.TCPConn{"dialed": c, "accepted": s} {
+				if got := userTimeoutOf(t, conn); got != tc.wantMS {
 					t.Errorf("%s: TCP_USER_TIMEOUT = %d ms, want %d", side, got, tc.wantMS)
 				}
 			}

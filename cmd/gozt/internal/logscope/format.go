@@ -169,18 +169,29 @@ func appendPlainLeaf(b []byte, prefix, key string, v slog.Value) []byte {
 	return append(b, ' ')
 }
 
+// appendScalar appends v if it is an integer, a float or a bool, which the
+// plain and the JSON format write alike, and reports whether it did.
+func appendScalar(b []byte, v slog.Value) ([]byte, bool) {
+	switch v.Kind() {
+	case slog.KindInt64:
+		return strconv.AppendInt(b, v.Int64(), 10), true
+	case slog.KindUint64:
+		return strconv.AppendUint(b, v.Uint64(), 10), true
+	case slog.KindFloat64:
+		return strconv.AppendFloat(b, v.Float64(), 'g', -1, 64), true
+	case slog.KindBool:
+		return strconv.AppendBool(b, v.Bool()), true
+	}
+	return b, false
+}
+
 func appendPlainValue(b []byte, v slog.Value) []byte {
+	if out, ok := appendScalar(b, v); ok {
+		return out
+	}
 	switch v.Kind() {
 	case slog.KindString:
 		return appendDebugQuoted(b, v.String())
-	case slog.KindInt64:
-		return strconv.AppendInt(b, v.Int64(), 10)
-	case slog.KindUint64:
-		return strconv.AppendUint(b, v.Uint64(), 10)
-	case slog.KindFloat64:
-		return strconv.AppendFloat(b, v.Float64(), 'g', -1, 64)
-	case slog.KindBool:
-		return strconv.AppendBool(b, v.Bool())
 	case slog.KindDuration:
 		return append(b, v.Duration().String()...)
 	case slog.KindTime:
@@ -252,17 +263,12 @@ func appendJSONLeaf(fields []jsonFields, prefix, key string, v slog.Value) []jso
 }
 
 func appendJSONValue(b []byte, v slog.Value) []byte {
+	if out, ok := appendScalar(b, v); ok {
+		return out
+	}
 	switch v.Kind() {
 	case slog.KindString:
 		return appendJSONString(b, v.String())
-	case slog.KindInt64:
-		return strconv.AppendInt(b, v.Int64(), 10)
-	case slog.KindUint64:
-		return strconv.AppendUint(b, v.Uint64(), 10)
-	case slog.KindFloat64:
-		return strconv.AppendFloat(b, v.Float64(), 'g', -1, 64)
-	case slog.KindBool:
-		return strconv.AppendBool(b, v.Bool())
 	case slog.KindDuration:
 		return appendJSONString(b, v.Duration().String())
 	case slog.KindTime:

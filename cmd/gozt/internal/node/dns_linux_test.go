@@ -1,8 +1,6 @@
 package node
 
 import (
-	"context"
-	"errors"
 	"net"
 	"net/netip"
 	"os"
@@ -16,7 +14,7 @@ import (
 	"istio.io/istio/pkg/workloadapi"
 
 	"github.com/gozt/gozt/cmd/gozt/internal/envconfig"
-	"github.com/gozt/gozt/proxy/inpod"
+	"github.com/gozt/gozt/internal/dnstest"
 	"github.com/gozt/gozt/proxy/inpod/inpodtest"
 )
 
@@ -61,13 +59,8 @@ func startPodResolver(t *testing.T, p pod) *podResolver {
 		l, err = net.Listen("tcp", p.ip+":53")
 		return err
 	})
-	for _, srv := range []*dns.Server{{PacketConn: pc, Handler: handler}, {Listener: l, Handler: handler}} {
-		started, done := make(chan struct{}), make(chan struct{})
-		srv.NotifyStartedFunc = func() { close(started) }
-		go func() { defer close(done); srv.ActivateAndServe() }()
-		<-started
-		t.Cleanup(func() { srv.Shutdown(); <-done })
-	}
+	dnstest.Serve(t, &dns.Server{PacketConn: pc, Handler: handler})
+	dnstest.Serve(t, &dns.Server{Listener: l, Handler: handler})
 	return r
 }
 
@@ -91,21 +84,8 @@ func (cp *controlPlane) startSharedDNS(t *testing.T, name, resolver string) *sha
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := Start(context.Background(), Options{Env: env, AdminAddr: "127.0.0.1:0", MetricsAddr: "127.0.0.1:0",
+	return runShared(t, name, cni, Options{Env: env, AdminAddr: "127.0.0.1:0", MetricsAddr: "127.0.0.1:0",
 		ReadinessAddr: "127.0.0.1:0", ResolvConf: rc})
-	if err != nil {
-		t.Fatalf("Start %s: %v", name, err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		if err := n.Shutdown(ctx); err != nil && !errors.Is(err, inpod.ErrProtocol) {
-			t.Errorf("Shutdown %s: %v", name, err)
-		}
-	})
-	sn := &sharedNode{Node: n, name: name, cni: cni}
-	sn.accept(t)
-	return sn
 }
 
 // queryFrom sends one query from inside pod p to addr over network.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gozt/gozt/certs/identity"
 	"github.com/gozt/gozt/certs/istioca/istiocatest"
+	"github.com/gozt/gozt/internal/tcptest"
 )
 
 // TestResponseFlags: each outbound failure is recorded with the
@@ -39,7 +40,7 @@ func TestResponseFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer garbage.Close()
-	go serveEach(garbage, func(c net.Conn) { c.Write([]byte("HTTP/1.1 400 Bad Request\r\n\r\n")) })
+	serveEach(t, garbage, func(c net.Conn) { c.Write([]byte("HTTP/1.1 400 Bad Request\r\n\r\n")) })
 
 	// h2IP:15008 completes TLS with h2's certificate, then says nothing.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -56,7 +57,7 @@ func TestResponseFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tlsOnly.Close()
-	go serveEach(tlsOnly, func(c net.Conn) { c.(*tls.Conn).Handshake() })
+	serveEach(t, tlsOnly, func(c net.Conn) { c.(*tls.Conn).Handshake() })
 
 	for _, tc := range []struct {
 		node   *Node
@@ -88,19 +89,13 @@ func TestResponseFlags(t *testing.T) {
 	}
 }
 
-// serveEach runs handle on every connection ln accepts, then closes it.
-func serveEach(ln net.Listener, handle func(net.Conn)) {
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		go func() {
-			defer c.Close()
-			c.SetDeadline(time.Now().Add(5 * time.Second))
-			handle(c)
-		}()
-	}
+// serveEach runs handle, with a 5s deadline, on every connection ln
+// accepts until the test ends, then closes it.
+func serveEach(t *testing.T, ln net.Listener, handle func(net.Conn)) {
+	tcptest.Serve(t, ln, func(c net.Conn) {
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		handle(c)
+	})
 }
 
 // hasSeries reports whether the exposition text has a sample of name whose

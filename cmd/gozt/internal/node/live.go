@@ -41,13 +41,7 @@ func (n *Node) live() admin.LiveInput {
 func (ps *pods) addLive(in *admin.LiveInput, snap *state.Snapshot) {
 	env := ps.n.opts.Env
 	in.ConnsListed = true // shared mode's proxies keep their list (workloadState)
-	states := ps.mgr.Pods()
-	ps.mu.Lock()
-	running := make(map[string]*podProxy, len(ps.running))
-	for uid, pp := range ps.running {
-		running[uid] = pp
-	}
-	ps.mu.Unlock()
+	states, running := ps.handedOver()
 	for _, st := range states {
 		if w := snap.FindWorkload(env.NodeName, st.Info.Namespace, st.Info.Name, st.Info.ServiceAccount); w != nil {
 			in.AddWorkload(w, st.State)

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
 	"sort"
 	"sync"
@@ -205,16 +206,19 @@ type connectionsJSON struct {
 	Outbound []proxy.ConnJSON `json:"outbound"`
 }
 
+// handedOver returns every pod istio-cni handed over, as the manager lists
+// it, and a copy of the running proxies by ZDS uid, taken after the list.
+func (ps *pods) handedOver() ([]inpod.PodState, map[string]*podProxy) {
+	states := ps.mgr.Pods()
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	return states, maps.Clone(ps.running)
+}
+
 // workloadState is /config_dump's workloadState: every pod istio-cni handed
 // over, Up or Pending, with the live connections of those that are up.
 func (ps *pods) workloadState() map[string]workloadStateJSON {
-	states := ps.mgr.Pods()
-	ps.mu.Lock()
-	running := make(map[string]*podProxy, len(ps.running))
-	for uid, pp := range ps.running {
-		running[uid] = pp
-	}
-	ps.mu.Unlock()
+	states, running := ps.handedOver()
 	out := make(map[string]workloadStateJSON, len(states))
 	for _, st := range states {
 		ws := workloadStateJSON{

@@ -74,6 +74,13 @@ func (cp *controlPlane) startShared(t *testing.T, name string, extra ...string) 
 	if env.PodName != "" {
 		opts.BindAddr = netip.MustParseAddr(selfIP) // the self-proxy's 15008
 	}
+	return runShared(t, name, cni, opts)
+}
+
+// runShared starts gozt with opts as node name, its ZDS served by cni,
+// shuts it down when the test ends, and accepts its first ZDS connection.
+func runShared(t *testing.T, name string, cni *inpodtest.Server, opts Options) *sharedNode {
+	t.Helper()
 	n, err := Start(context.Background(), opts)
 	if err != nil {
 		t.Fatalf("Start %s: %v", name, err)
