@@ -26,6 +26,7 @@ var allowed = map[string][]string{
 	"xds/xdsserver":             {"xds"},
 	"xds/xdstest":               {"xds", "xds/xdsserver"},
 	"hbone":                     {"certs", "certs/identity"},
+	"hbone/hbonetest":           {},
 	"proxy/relay":               {},
 	"proxy/sockopt":             {},
 	"proxy/connmgr":             {"rbac", "proxy/state", "certs/identity"},
@@ -125,14 +126,16 @@ func contains(list []string, s string) bool {
 }
 
 // binaryBadDeps are packages the gozt binary must never link, with the
-// reason. Test helpers (xds/xdstest, certs/istioca/istiocatest) import
-// testing; bench uses xds/xdsserver, the core under xdstest that does not.
+// reason. Test helpers (xds/xdstest, certs/istioca/istiocatest,
+// hbone/hbonetest) import testing; bench uses xds/xdsserver, the core under
+// xdstest that does not.
 var binaryBadDeps = map[string]string{
 	"testing":                             "test code in the binary",
 	"github.com/google/go-cmp/cmp":        "a test dependency",
 	"go.uber.org/goleak":                  "a test dependency",
 	module + "/xds/xdstest":               "a test helper; use xds/xdsserver",
 	module + "/certs/istioca/istiocatest": "a test helper",
+	module + "/hbone/hbonetest":           "a test helper",
 }
 
 // TestBinaryDeps checks that cmd/gozt's dependencies never include testing
