@@ -26,6 +26,7 @@ import (
 
 	"github.com/gozt/gozt/certs"
 	"github.com/gozt/gozt/hbone"
+	"github.com/gozt/gozt/hbone/hbonetest"
 	"github.com/gozt/gozt/rbac"
 )
 
@@ -124,19 +125,19 @@ func (e *badEnv) server(port string) string { return net.JoinHostPort(e.tm.ips.S
 
 // peer opens a frame-level client from the client workload's IP to the
 // server's 15008 with the client's mesh certificate, preface sent.
-func (e *badEnv) peer(t *testing.T) *h2peer {
+func (e *badEnv) peer(t *testing.T) *hbonetest.Peer {
 	t.Helper()
 	p := dialH2Peer(t, e.tm.ips.Client, e.server("15008"), e.tm.clientTLS(t))
-	p.handshake()
+	p.Handshake()
 	return p
 }
 
 // followUp checks that the connection still serves a tunnel.
-func (e *badEnv) followUp(p *h2peer, id uint32) {
-	p.t.Helper()
-	p.connect(id, e.server(badEchoPort))
-	p.wantStatus(id, "200")
-	p.echo(id, []byte("still serving"))
+func (e *badEnv) followUp(t testing.TB, p *hbonetest.Peer, id uint32) {
+	t.Helper()
+	p.Connect(id, e.server(badEchoPort))
+	p.WantStatus(id, "200")
+	p.Echo(id, []byte("still serving"))
 }
 
 // badSinkMode is what a sink does with an accepted connection.
