@@ -44,6 +44,7 @@ var allowed = map[string][]string{
 	"internal/nstest":    {},
 	"internal/runner":    {},
 	"internal/jsonshape": {},
+	"internal/logtest":   {},
 }
 
 // stdlibOnly packages may import nothing outside the standard library, except
@@ -127,8 +128,8 @@ func contains(list []string, s string) bool {
 
 // binaryBadDeps are packages the gozt binary must never link, with the
 // reason. Test helpers (xds/xdstest, certs/istioca/istiocatest,
-// hbone/hbonetest) import testing; bench uses xds/xdsserver, the core under
-// xdstest that does not.
+// hbone/hbonetest) import testing; internal/logtest is for tests only; bench
+// uses xds/xdsserver, the core under xdstest that does not.
 var binaryBadDeps = map[string]string{
 	"testing":                             "test code in the binary",
 	"github.com/google/go-cmp/cmp":        "a test dependency",
@@ -136,6 +137,7 @@ var binaryBadDeps = map[string]string{
 	module + "/xds/xdstest":               "a test helper; use xds/xdsserver",
 	module + "/certs/istioca/istiocatest": "a test helper",
 	module + "/hbone/hbonetest":           "a test helper",
+	module + "/internal/logtest":          "a test helper",
 }
 
 // TestBinaryDeps checks that cmd/gozt's dependencies never include testing
