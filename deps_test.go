@@ -21,6 +21,7 @@ var allowed = map[string][]string{
 	"certs/istioca":             {"certs", "certs/identity", "istiod"},
 	"certs/localca":             {"certs", "certs/identity"},
 	"certs/istioca/istiocatest": {"certs", "certs/identity", "certs/localca", "certs/istioca"},
+	"certs/certstest":           {},
 	"proxy/state":               {"rbac", "certs/identity"},
 	"xds":                       {"proxy/state", "rbac", "certs/identity", "istiod"},
 	"xds/xdsserver":             {"xds"},
@@ -128,8 +129,8 @@ func contains(list []string, s string) bool {
 
 // binaryBadDeps are packages the gozt binary must never link, with the
 // reason. Test helpers (xds/xdstest, certs/istioca/istiocatest,
-// hbone/hbonetest) import testing; internal/logtest is for tests only; bench
-// uses xds/xdsserver, the core under xdstest that does not.
+// certs/certstest, hbone/hbonetest) import testing; internal/logtest is for
+// tests only; bench uses xds/xdsserver, the core under xdstest that does not.
 var binaryBadDeps = map[string]string{
 	"testing":                             "test code in the binary",
 	"github.com/google/go-cmp/cmp":        "a test dependency",
@@ -137,6 +138,7 @@ var binaryBadDeps = map[string]string{
 	module + "/xds/xdstest":               "a test helper; use xds/xdsserver",
 	module + "/certs/istioca/istiocatest": "a test helper",
 	module + "/hbone/hbonetest":           "a test helper",
+	module + "/certs/certstest":           "a test helper",
 	module + "/internal/logtest":          "a test helper",
 }
 
