@@ -16,7 +16,6 @@ import (
 	"io"
 	"math/big"
 	"net"
-	"net/url"
 	"os"
 	"path/filepath"
 	"sync"
@@ -58,21 +57,11 @@ type badEnv struct {
 func startBadEnv(t *testing.T) *badEnv {
 	t.Helper()
 	n := nextBadNet.Add(1)
-	ips := meshIPs{
-		Client:  fmt.Sprintf("127.87.%d.2", n),
-		Server:  fmt.Sprintf("127.87.%d.3", n),
-		Server2: fmt.Sprintf("127.87.%d.4", n),
-		Plain:   fmt.Sprintf("127.87.%d.9", n),
-	}
+	ips := meshIPsIn(87, int(n))
 	vip := fmt.Sprintf("127.87.%d.10", n)
-	data := struct {
-		meshIPs
-		VIP string
-	}{ips, vip}
 	caDir := filepath.Join(t.TempDir(), "ca")
-	m, logs := startConfig(t, baseConfig, data, Options{CADir: caDir})
 	e := &badEnv{
-		tm:     &testMesh{Mesh: m, ips: ips, vip: vip, logs: logs},
+		tm:     startMeshOn(t, ips, vip, "", Options{CADir: caDir}),
 		ext:    fmt.Sprintf("127.87.%d.5", n),
 		victim: fmt.Sprintf("127.87.%d.6", n),
 	}
@@ -484,25 +473,6 @@ func badMint(t *testing.T, tmpl, parent *x509.Certificate, parentKey crypto.Sign
 		t.Fatalf("mint %v: %v", c.Subject, err)
 	}
 	return der, key
-}
-
-// badLeafTemplate is a workload leaf template like localca's with uris as its
-// URI SANs.
-func badLeafTemplate(t *testing.T, uris ...string) *x509.Certificate {
-	t.Helper()
-	tmpl := &x509.Certificate{
-		KeyUsage:              x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		BasicConstraintsValid: true,
-	}
-	for _, s := range uris {
-		u, err := url.Parse(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tmpl.URIs = append(tmpl.URIs, u)
-	}
-	return tmpl
 }
 
 // badCATemplate is an intermediate CA template named name.

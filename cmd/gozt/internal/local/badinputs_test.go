@@ -26,6 +26,7 @@ import (
 	"golang.org/x/net/http2"
 	xproxy "golang.org/x/net/proxy"
 
+	"github.com/gozt/gozt/certs/certstest"
 	"github.com/gozt/gozt/certs/identity"
 	"github.com/gozt/gozt/hbone"
 	"github.com/gozt/gozt/hbone/hbonetest"
@@ -199,34 +200,34 @@ var badCases = []badCase{
 	}},
 	{item: "29", name: "untrusted root", sent: "client SVID from a CA the mesh does not trust", run: func(t *testing.T, e *badEnv) string {
 		rootDER, rootKey := badMint(t, badCATemplate("other root"), nil, nil)
-		leaf, key := badMint(t, badLeafTemplate(t, clientID.String()), badParseCert(t, rootDER), rootKey)
+		leaf, key := badMint(t, certstest.LeafTemplate(t, clientID.String()), badParseCert(t, rootDER), rootKey)
 		return badTLSCases(t, e,
 			badTLSTry{"untrusted leaf", badClientTLS([][]byte{leaf}, key), false},
 			badTLSTry{"untrusted leaf + its root", badClientTLS([][]byte{leaf, rootDER}, key), false})
 	}},
 	{item: "30", name: "validity", sent: "client SVID expired 1 h ago; valid from 1 h ahead", run: func(t *testing.T, e *badEnv) string {
 		now := time.Now()
-		exp := badLeafTemplate(t, clientID.String())
+		exp := certstest.LeafTemplate(t, clientID.String())
 		exp.NotBefore, exp.NotAfter = now.Add(-2*time.Hour), now.Add(-time.Hour)
-		fut := badLeafTemplate(t, clientID.String())
+		fut := certstest.LeafTemplate(t, clientID.String())
 		fut.NotBefore, fut.NotAfter = now.Add(time.Hour), now.Add(2*time.Hour)
 		return badTLSCases(t, e, e.meshLeaf(t, "expired", exp, false), e.meshLeaf(t, "not yet valid", fut, false))
 	}},
 	{item: "31", name: "trust domain", sent: "client SVID spiffe://evil.local/ns/demo/sa/client from the mesh CA", run: func(t *testing.T, e *badEnv) string {
-		return badTLSCases(t, e, e.meshLeaf(t, "wrong trust domain", badLeafTemplate(t, "spiffe://evil.local/ns/demo/sa/client"), false))
+		return badTLSCases(t, e, e.meshLeaf(t, "wrong trust domain", certstest.LeafTemplate(t, "spiffe://evil.local/ns/demo/sa/client"), false))
 	}},
 	{item: "32", name: "spiffe sans", sent: "no URI SAN; two URI SANs; https:// URI; spiffe://td/ns/demo; extra segment; percent-encoding; upper-case trust domain", run: func(t *testing.T, e *badEnv) string {
-		noURI := badLeafTemplate(t)
+		noURI := certstest.LeafTemplate(t)
 		noURI.DNSNames = []string{"client.demo.svc"}
 		return badTLSCases(t, e,
-			e.meshLeaf(t, "well-formed (control)", badLeafTemplate(t, clientID.String()), true),
+			e.meshLeaf(t, "well-formed (control)", certstest.LeafTemplate(t, clientID.String()), true),
 			e.meshLeaf(t, "no URI SAN", noURI, false),
-			e.meshLeaf(t, "two URI SANs", badLeafTemplate(t, clientID.String(), "spiffe://cluster.local/ns/demo/sa/other"), false),
-			e.meshLeaf(t, "non-SPIFFE URI", badLeafTemplate(t, "https://cluster.local/ns/demo/sa/client"), false),
-			e.meshLeaf(t, "no service account", badLeafTemplate(t, "spiffe://cluster.local/ns/demo"), false),
-			e.meshLeaf(t, "extra segment", badLeafTemplate(t, clientID.String()+"/extra"), false),
-			e.meshLeaf(t, "percent-encoded", badLeafTemplate(t, "spiffe://cluster.local/ns/demo/sa/cli%65nt"), false),
-			e.meshLeaf(t, "upper-case trust domain", badLeafTemplate(t, "spiffe://Cluster.local/ns/demo/sa/client"), false),
+			e.meshLeaf(t, "two URI SANs", certstest.LeafTemplate(t, clientID.String(), "spiffe://cluster.local/ns/demo/sa/other"), false),
+			e.meshLeaf(t, "non-SPIFFE URI", certstest.LeafTemplate(t, "https://cluster.local/ns/demo/sa/client"), false),
+			e.meshLeaf(t, "no service account", certstest.LeafTemplate(t, "spiffe://cluster.local/ns/demo"), false),
+			e.meshLeaf(t, "extra segment", certstest.LeafTemplate(t, clientID.String()+"/extra"), false),
+			e.meshLeaf(t, "percent-encoded", certstest.LeafTemplate(t, "spiffe://cluster.local/ns/demo/sa/cli%65nt"), false),
+			e.meshLeaf(t, "upper-case trust domain", certstest.LeafTemplate(t, "spiffe://Cluster.local/ns/demo/sa/client"), false),
 		)
 	}},
 	{item: "33", name: "nul in san", sent: "URI SAN spiffe://…/sa/client\\x00x, alone and beside a valid one; otherName SAN with NUL only", run: caseNULSAN},
@@ -1071,7 +1072,7 @@ func caseNULSAN(t *testing.T, e *badEnv) string {
 		return asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 0, IsCompound: true, Bytes: append(oid, val...)}
 	}
 	with := func(names ...asn1.RawValue) *x509.Certificate {
-		tmpl := badLeafTemplate(t)
+		tmpl := certstest.LeafTemplate(t)
 		tmpl.ExtraExtensions = []pkix.Extension{badSANExtension(t, names...)}
 		return tmpl
 	}
@@ -1087,7 +1088,7 @@ func caseChains(t *testing.T, e *badEnv) string {
 	// An intermediate under the mesh root, and a leaf under it.
 	interDER, interKey := badMint(t, badCATemplate("mesh intermediate"), e.caCert, e.caKey)
 	inter := badParseCert(t, interDER)
-	leaf, leafKey := badMint(t, badLeafTemplate(t, clientID.String()), inter, interKey)
+	leaf, leafKey := badMint(t, certstest.LeafTemplate(t, clientID.String()), inter, interKey)
 
 	// Two intermediates that sign each other, and a leaf under one.
 	keyA, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -1104,7 +1105,7 @@ func caseChains(t *testing.T, e *badEnv) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	loopLeaf, loopKey := badMint(t, badLeafTemplate(t, clientID.String()), badParseCert(t, aDER), keyA)
+	loopLeaf, loopKey := badMint(t, certstest.LeafTemplate(t, clientID.String()), badParseCert(t, aDER), keyA)
 
 	// 50 intermediates deep.
 	parent, parentKey := e.caCert, e.caKey
@@ -1114,7 +1115,7 @@ func caseChains(t *testing.T, e *badEnv) string {
 		deep = append([][]byte{der}, deep...)
 		parent, parentKey = badParseCert(t, der), k
 	}
-	deepLeaf, deepKey := badMint(t, badLeafTemplate(t, clientID.String()), parent, parentKey)
+	deepLeaf, deepKey := badMint(t, certstest.LeafTemplate(t, clientID.String()), parent, parentKey)
 
 	// About 1 MiB: the good chain and 35 padded certificates.
 	huge := [][]byte{leaf, interDER}
