@@ -21,11 +21,13 @@ var allowed = map[string][]string{
 	"certs/istioca":             {"certs", "certs/identity", "istiod"},
 	"certs/localca":             {"certs", "certs/identity"},
 	"certs/istioca/istiocatest": {"certs", "certs/identity", "certs/localca", "certs/istioca"},
+	"certs/certstest":           {},
 	"proxy/state":               {"rbac", "certs/identity"},
 	"xds":                       {"proxy/state", "rbac", "certs/identity", "istiod"},
 	"xds/xdsserver":             {"xds"},
 	"xds/xdstest":               {"xds", "xds/xdsserver"},
 	"hbone":                     {"certs", "certs/identity"},
+	"hbone/hbonetest":           {},
 	"proxy/relay":               {},
 	"proxy/sockopt":             {},
 	"proxy/connmgr":             {"rbac", "proxy/state", "certs/identity"},
@@ -128,9 +130,11 @@ func contains(list []string, s string) bool {
 }
 
 // binaryBadDeps are packages the gozt binary must never link, with the
-// reason. Test helpers (xds/xdstest, certs/istioca/istiocatest) import
-// testing; bench uses xds/xdsserver, the core under xdstest that does not.
-// internal/syncbuf imports no testing, so only its entry here keeps it out.
+// reason. Test helpers (xds/xdstest, certs/istioca/istiocatest,
+// certs/certstest, hbone/hbonetest, internal/tcptest, internal/dnstest)
+// import testing; internal/syncbuf imports no testing, so only its entry
+// here keeps it out; bench uses xds/xdsserver, the core under xdstest that
+// does not.
 var binaryBadDeps = map[string]string{
 	"testing":                             "test code in the binary",
 	"github.com/google/go-cmp/cmp":        "a test dependency",
@@ -140,6 +144,8 @@ var binaryBadDeps = map[string]string{
 	module + "/internal/tcptest":          "a test helper",
 	module + "/internal/syncbuf":          "a test helper",
 	module + "/internal/dnstest":          "a test helper",
+	module + "/hbone/hbonetest":           "a test helper",
+	module + "/certs/certstest":           "a test helper",
 }
 
 // TestBinaryDeps checks that cmd/gozt's dependencies never include testing

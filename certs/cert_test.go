@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gozt/gozt/certs"
+	"github.com/gozt/gozt/certs/certstest"
 	"github.com/gozt/gozt/certs/identity"
 )
 
@@ -26,9 +27,9 @@ func TestNewCertRejects(t *testing.T) {
 		}
 		return []*x509.Certificate{c}
 	}
-	expired := leafTemplate(t, idA.String())
+	expired := certstest.LeafTemplate(t, idA.String())
 	expired.NotBefore, expired.NotAfter = time.Now().Add(-2*time.Hour), time.Now().Add(-time.Hour)
-	caLeaf := leafTemplate(t, idA.String())
+	caLeaf := certstest.LeafTemplate(t, idA.String())
 	caLeaf.IsCA, caLeaf.KeyUsage = true, x509.KeyUsageCertSign|x509.KeyUsageDigitalSignature
 
 	tests := []struct {
@@ -44,10 +45,10 @@ func TestNewCertRejects(t *testing.T) {
 		{"key mismatch", idA, good.Chain, key, ca.Roots(), certs.ErrKeyMismatch},
 		{"nil key", idA, good.Chain, nil, ca.Roots(), certs.ErrKeyMismatch},
 		{"zero identity", identity.Identity{}, good.Chain, good.Key, ca.Roots(), certs.ErrIdentityMismatch},
-		{"other identity", idA, sign(ca, leafTemplate(t, idB.String())), key, ca.Roots(), certs.ErrIdentityMismatch},
-		{"two URI SANs", idA, sign(ca, leafTemplate(t, idA.String(), idB.String())), key, ca.Roots(), certs.ErrIdentityMismatch},
-		{"no URI SAN", idA, sign(ca, leafTemplate(t)), key, ca.Roots(), certs.ErrIdentityMismatch},
-		{"other CA", idA, sign(otherCA, leafTemplate(t, idA.String())), key, ca.Roots(), certs.ErrUntrusted},
+		{"other identity", idA, sign(ca, certstest.LeafTemplate(t, idB.String())), key, ca.Roots(), certs.ErrIdentityMismatch},
+		{"two URI SANs", idA, sign(ca, certstest.LeafTemplate(t, idA.String(), idB.String())), key, ca.Roots(), certs.ErrIdentityMismatch},
+		{"no URI SAN", idA, sign(ca, certstest.LeafTemplate(t)), key, ca.Roots(), certs.ErrIdentityMismatch},
+		{"other CA", idA, sign(otherCA, certstest.LeafTemplate(t, idA.String())), key, ca.Roots(), certs.ErrUntrusted},
 		{"expired", idA, sign(ca, expired), key, ca.Roots(), certs.ErrUntrusted},
 		{"CA leaf", idA, sign(ca, caLeaf), key, ca.Roots(), certs.ErrBadLeaf},
 	}

@@ -15,14 +15,15 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/gozt/gozt/certs"
+	"github.com/gozt/gozt/certs/certstest"
 	"github.com/gozt/gozt/certs/identity"
+	"github.com/gozt/gozt/internal/syncbuf"
 )
 
 // ca is a certificate authority of a test PKI.
@@ -86,7 +87,7 @@ func (p *testPKI) newCA(t testing.TB, cn string, parent *ca) ca {
 func (p *testPKI) issue(t testing.TB, id identity.Identity, issuer ca) *certs.Cert {
 	t.Helper()
 	key := newKey(t)
-	tmpl := leafTemplate(t, id.String())
+	tmpl := certstest.LeafTemplate(t, id.String())
 	tmpl.SerialNumber = p.nextSerial()
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, issuer.cert, key.Public(), issuer.key)
 	if err != nil {
@@ -371,24 +372,6 @@ func TestRevoked(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log sink safe for a writer goroutine and a reader.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestCRLReload rewrites the file under a CRL in use by handshakes: a
 // revocation that loads applies to later handshakes; a bad rewrite, or
 // removing the file, keeps the set; a same-size rewrite right after a
@@ -402,7 +385,7 @@ func TestCRLReload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 	srv := certs.ServerConfig(serveCert(server.WithCRL(l)))
 	cli := certs.ClientConfig(client, []string{idB.String()})

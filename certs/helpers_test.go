@@ -10,7 +10,6 @@ import (
 	"crypto/x509"
 	"io"
 	"net"
-	"net/url"
 	"testing"
 	"time"
 
@@ -55,27 +54,6 @@ func newKey(t testing.TB) crypto.Signer {
 		t.Fatal(err)
 	}
 	return k
-}
-
-// leafTemplate is a well-formed workload leaf template with the given URI
-// SANs; tests then break one property.
-func leafTemplate(t testing.TB, uris ...string) *x509.Certificate {
-	t.Helper()
-	tmpl := &x509.Certificate{
-		NotBefore:             time.Now().Add(-time.Minute),
-		NotAfter:              time.Now().Add(time.Hour),
-		KeyUsage:              x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		BasicConstraintsValid: true,
-	}
-	for _, s := range uris {
-		u, err := url.Parse(s)
-		if err != nil {
-			t.Fatalf("url.Parse(%q): %v", s, err)
-		}
-		tmpl.URIs = append(tmpl.URIs, u)
-	}
-	return tmpl
 }
 
 // rawTLSCert signs tmpl with ca and returns it as a tls.Certificate,

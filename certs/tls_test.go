@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/gozt/gozt/certs"
+	"github.com/gozt/gozt/certs/certstest"
 )
 
 type ctxKey struct{}
@@ -84,20 +85,20 @@ func TestServerRejects(t *testing.T) {
 	srvCert := issue(t, ca, idA)
 	good := issue(t, ca, idB)
 
-	expired := leafTemplate(t, idB.String())
+	expired := certstest.LeafTemplate(t, idB.String())
 	expired.NotBefore, expired.NotAfter = time.Now().Add(-2*time.Hour), time.Now().Add(-time.Hour)
-	notYet := leafTemplate(t, idB.String())
+	notYet := certstest.LeafTemplate(t, idB.String())
 	notYet.NotBefore, notYet.NotAfter = time.Now().Add(time.Hour), time.Now().Add(2*time.Hour)
-	serverOnly := leafTemplate(t, idB.String())
+	serverOnly := certstest.LeafTemplate(t, idB.String())
 	serverOnly.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-	caLeaf := leafTemplate(t, idB.String())
+	caLeaf := certstest.LeafTemplate(t, idB.String())
 	caLeaf.IsCA, caLeaf.KeyUsage = true, x509.KeyUsageCertSign|x509.KeyUsageDigitalSignature
-	crlLeaf := leafTemplate(t, idB.String())
+	crlLeaf := certstest.LeafTemplate(t, idB.String())
 	crlLeaf.KeyUsage |= x509.KeyUsageCRLSign
-	noURI := leafTemplate(t)
+	noURI := certstest.LeafTemplate(t)
 	noURI.DNSNames = []string{"b.b.svc.cluster.local"}
 
-	deepChain := rawTLSCert(t, ca, leafTemplate(t, idB.String()))
+	deepChain := rawTLSCert(t, ca, certstest.LeafTemplate(t, idB.String()))
 	for range 49 {
 		deepChain.Certificate = append(deepChain.Certificate, ca.Roots()[0].Raw)
 	}
@@ -121,11 +122,11 @@ func TestServerRejects(t *testing.T) {
 		{"CA leaf", rawClientConfig(rawTLSCert(t, ca, caLeaf)), certs.ErrBadLeaf},
 		{"CRL-signing leaf", rawClientConfig(rawTLSCert(t, ca, crlLeaf)), certs.ErrBadLeaf},
 		{"no URI SAN", rawClientConfig(rawTLSCert(t, ca, noURI)), certs.ErrNoSPIFFEID},
-		{"two URI SANs", rawClientConfig(rawTLSCert(t, ca, leafTemplate(t, idB.String(), "spiffe://cluster.local/ns/c/sa/c"))), certs.ErrNoSPIFFEID},
-		{"non-SPIFFE URI", rawClientConfig(rawTLSCert(t, ca, leafTemplate(t, "https://cluster.local/ns/b/sa/b"))), certs.ErrNoSPIFFEID},
-		{"short SPIFFE ID", rawClientConfig(rawTLSCert(t, ca, leafTemplate(t, "spiffe://cluster.local/ns/b"))), certs.ErrNoSPIFFEID},
-		{"extra segment", rawClientConfig(rawTLSCert(t, ca, leafTemplate(t, idB.String()+"/x"))), certs.ErrNoSPIFFEID},
-		{"percent-encoded", rawClientConfig(rawTLSCert(t, ca, leafTemplate(t, "spiffe://cluster.local/ns/b/sa/%62"))), certs.ErrNoSPIFFEID},
+		{"two URI SANs", rawClientConfig(rawTLSCert(t, ca, certstest.LeafTemplate(t, idB.String(), "spiffe://cluster.local/ns/c/sa/c"))), certs.ErrNoSPIFFEID},
+		{"non-SPIFFE URI", rawClientConfig(rawTLSCert(t, ca, certstest.LeafTemplate(t, "https://cluster.local/ns/b/sa/b"))), certs.ErrNoSPIFFEID},
+		{"short SPIFFE ID", rawClientConfig(rawTLSCert(t, ca, certstest.LeafTemplate(t, "spiffe://cluster.local/ns/b"))), certs.ErrNoSPIFFEID},
+		{"extra segment", rawClientConfig(rawTLSCert(t, ca, certstest.LeafTemplate(t, idB.String()+"/x"))), certs.ErrNoSPIFFEID},
+		{"percent-encoded", rawClientConfig(rawTLSCert(t, ca, certstest.LeafTemplate(t, "spiffe://cluster.local/ns/b/sa/%62"))), certs.ErrNoSPIFFEID},
 		{"NUL in URI SAN", rawClientConfig(nulSANCert(t)), nil},
 		{"50-deep chain", rawClientConfig(deepChain), certs.ErrChainTooLong},
 		{"TLS 1.2 only", withGoodCert(func(c *tls.Config) { c.MinVersion, c.MaxVersion = tls.VersionTLS12, tls.VersionTLS12 }), nil},
@@ -158,7 +159,7 @@ func TestServerRejects(t *testing.T) {
 // self-signed: the peer must fail at parsing, before any trust decision.
 func nulSANCert(t testing.TB) tls.Certificate {
 	t.Helper()
-	tmpl := leafTemplate(t)
+	tmpl := certstest.LeafTemplate(t)
 	tmpl.SerialNumber = big.NewInt(1)
 	uri := asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 6, Bytes: []byte(idB.String() + "\x00.evil")}
 	val, err := asn1.Marshal([]asn1.RawValue{uri})
@@ -182,11 +183,11 @@ func TestClientRejects(t *testing.T) {
 	cliCert := issue(t, ca, idB)
 	want := []string{idA.String()}
 
-	expired := leafTemplate(t, idA.String())
+	expired := certstest.LeafTemplate(t, idA.String())
 	expired.NotBefore, expired.NotAfter = time.Now().Add(-2*time.Hour), time.Now().Add(-time.Hour)
-	clientOnly := leafTemplate(t, idA.String())
+	clientOnly := certstest.LeafTemplate(t, idA.String())
 	clientOnly.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
-	dnsMatch := leafTemplate(t)
+	dnsMatch := certstest.LeafTemplate(t)
 	dnsMatch.DNSNames = []string{idA.String(), "cluster.local"}
 	noALPN := rawServerConfig(*issue(t, ca, idA).TLSCertificate())
 	noALPN.NextProtos = nil
@@ -203,7 +204,7 @@ func TestClientRejects(t *testing.T) {
 		{"expired", rawServerConfig(rawTLSCert(t, ca, expired)), want, certs.ErrUntrusted},
 		{"client-auth only leaf", rawServerConfig(rawTLSCert(t, ca, clientOnly)), want, certs.ErrUntrusted},
 		{"DNS SAN ignored", rawServerConfig(rawTLSCert(t, ca, dnsMatch)), want, certs.ErrSANMismatch},
-		{"prefix is not a match", rawServerConfig(rawTLSCert(t, ca, leafTemplate(t, idA.String()+"x"))), want, certs.ErrSANMismatch},
+		{"prefix is not a match", rawServerConfig(rawTLSCert(t, ca, certstest.LeafTemplate(t, idA.String()+"x"))), want, certs.ErrSANMismatch},
 		{"NUL in URI SAN", rawServerConfig(nulSANCert(t)), []string{idB.String()}, nil},
 		{"no ALPN", noALPN, want, certs.ErrALPN},
 		{"TLS 1.2 server", func() *tls.Config {
@@ -228,7 +229,7 @@ func TestClientRejects(t *testing.T) {
 func TestClientAcceptsOneOfTwoSANs(t *testing.T) {
 	ca := newCA(t)
 	cliCert := issue(t, ca, idB)
-	two := rawTLSCert(t, ca, leafTemplate(t, "spiffe://cluster.local/ns/x/sa/x", idA.String()))
+	two := rawTLSCert(t, ca, certstest.LeafTemplate(t, "spiffe://cluster.local/ns/x/sa/x", idA.String()))
 	r := handshake(t, t.Context(), rawServerConfig(two), certs.ClientConfig(cliCert, []string{idA.String()}))
 	if r.clientErr != nil || r.serverErr != nil {
 		t.Fatalf("handshake: client %v, server %v", r.clientErr, r.serverErr)
@@ -289,12 +290,12 @@ func TestPeerIdentityErrors(t *testing.T) {
 	if _, err := certs.PeerIdentity(nil); !errors.Is(err, certs.ErrNoPeerCertificate) {
 		t.Errorf("PeerIdentity(nil) = %v, want ErrNoPeerCertificate", err)
 	}
-	bad := rawTLSCert(t, ca, leafTemplate(t, "https://example.com", "spiffe://td/ns/a"))
+	bad := rawTLSCert(t, ca, certstest.LeafTemplate(t, "https://example.com", "spiffe://td/ns/a"))
 	cs := &tls.ConnectionState{PeerCertificates: []*x509.Certificate{bad.Leaf}}
 	if _, err := certs.PeerIdentity(cs); !errors.Is(err, certs.ErrNoSPIFFEID) {
 		t.Errorf("PeerIdentity(no SPIFFE SAN) = %v, want ErrNoSPIFFEID", err)
 	}
-	mixed := rawTLSCert(t, ca, leafTemplate(t, "https://example.com", idB.String()))
+	mixed := rawTLSCert(t, ca, certstest.LeafTemplate(t, "https://example.com", idB.String()))
 	cs = &tls.ConnectionState{PeerCertificates: []*x509.Certificate{mixed.Leaf}}
 	if got, err := certs.PeerIdentity(cs); err != nil || got != idB {
 		t.Errorf("PeerIdentity(mixed) = %v, %v; want %v", got, err, idB)

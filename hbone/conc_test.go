@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gozt/gozt/hbone/hbonetest"
 	"golang.org/x/net/http2"
 )
 
@@ -318,31 +319,31 @@ func TestClientGoAway(t *testing.T) {
 		s, err := cc.Connect(context.Background(), "a:1", nil)
 		first <- res{s, err}
 	}()
-	r.want(func(f rawFrame) bool { return f.typ == http2.FrameHeaders && f.stream == 1 })
+	r.Want(func(f hbonetest.Frame) bool { return f.Type == http2.FrameHeaders && f.Stream == 1 })
 	second := make(chan res, 1)
 	go func() {
 		s, err := cc.Connect(context.Background(), "a:1", nil)
 		second <- res{s, err}
 	}()
-	r.want(func(f rawFrame) bool { return f.typ == http2.FrameHeaders && f.stream == 3 })
-	r.must(r.fr.WriteGoAway(1, http2.ErrCodeNo, nil))
+	r.Want(func(f hbonetest.Frame) bool { return f.Type == http2.FrameHeaders && f.Stream == 3 })
+	r.Must(r.Framer.WriteGoAway(1, http2.ErrCodeNo, nil))
 	if got := <-second; !errors.Is(got.err, ErrRefused) {
 		t.Errorf("stream above GOAWAY: %v, want ErrRefused", got.err)
 	}
 	waitFor(t, func() bool { return !cc.CanTakeNewStream() }, "CanTakeNewStream false")
-	r.headers(1, false, ":status", "200")
+	r.Headers(1, false, ":status", "200")
 	got := <-first
 	if got.err != nil {
 		t.Fatalf("stream below GOAWAY: %v", got.err)
 	}
-	r.must(r.fr.WriteData(1, true, []byte("bye")))
+	r.Must(r.Framer.WriteData(1, true, []byte("bye")))
 	b, err := io.ReadAll(got.s)
 	if err != nil || string(b) != "bye" {
 		t.Errorf("read %q, %v", b, err)
 	}
 	got.s.CloseWrite()
-	r.want(func(f rawFrame) bool {
-		return f.typ == http2.FrameData && f.stream == 1 && f.flags.Has(http2.FlagDataEndStream)
+	r.Want(func(f hbonetest.Frame) bool {
+		return f.Type == http2.FrameData && f.Stream == 1 && f.Flags.Has(http2.FlagDataEndStream)
 	})
 	// Both directions ended and GOAWAY was received: the client closes.
 	select {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gozt/gozt/hbone/hbonetest"
 	"golang.org/x/net/http2"
 )
 
@@ -27,7 +28,7 @@ const (
 	conformClose = "close:1"
 )
 
-func conformGozt(t *testing.T) *rawPeer {
+func conformGozt(t *testing.T) *hbonetest.Peer {
 	release := make(chan struct{})
 	r, _ := rawServer(t, &Server{Handler: func(s *ServerStream) {
 		if s.Method() != http.MethodConnect {
@@ -50,11 +51,11 @@ func conformGozt(t *testing.T) *rawPeer {
 		s.Close()
 	}})
 	t.Cleanup(func() { close(release) }) // before rawServer's cleanup waits for handlers
-	r.handshakeClient()
+	r.Handshake()
 	return r
 }
 
-func conformXNet(t *testing.T) *rawPeer {
+func conformXNet(t *testing.T) *hbonetest.Peer {
 	cn, sn := connPair(t, false)
 	srv := &http2.Server{}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -84,113 +85,88 @@ func conformXNet(t *testing.T) *rawPeer {
 		sn.Close()
 		<-done
 	})
-	r := newRawPeer(t, cn)
-	r.handshakeClient()
+	r := hbonetest.NewPeer(t, cn, hbonetest.Config{})
+	r.Handshake()
 	return r
-}
-
-// wantStatus waits for the response HEADERS on stream id (failing on a
-// reset or GOAWAY first) and checks its :status.
-func (r *rawPeer) wantStatus(id uint32, status string) rawFrame {
-	r.t.Helper()
-	f := r.want(func(f rawFrame) bool {
-		return f.typ == http2.FrameGoAway || f.stream == id && (f.typ == http2.FrameHeaders || f.typ == http2.FrameRSTStream)
-	})
-	if f.typ != http2.FrameHeaders || f.header(":status") != status {
-		r.t.Fatalf("got %v (code %v, status %q) on stream %d, want :status %s", f.typ, f.code, f.header(":status"), id, status)
-	}
-	return f
-}
-
-// wantEnd waits for the server to end stream id (END_STREAM on DATA or
-// HEADERS).
-func (r *rawPeer) wantEnd(id uint32) {
-	r.t.Helper()
-	f := r.want(func(f rawFrame) bool {
-		return f.typ == http2.FrameGoAway || f.stream == id && (f.typ == http2.FrameRSTStream || f.flags.Has(http2.FlagDataEndStream))
-	})
-	if f.typ == http2.FrameGoAway || f.typ == http2.FrameRSTStream {
-		r.t.Fatalf("got %v (code %v) on stream %d, want it ended", f.typ, f.code, id)
-	}
 }
 
 func TestStreamStateConformance(t *testing.T) {
 	cases := []struct {
 		name string
-		run  func(r *rawPeer)
+		run  func(r *hbonetest.Peer)
 		// xnet is false where x/net's server does not keep the rule (the
 		// reason follows); the case then runs against ours only.
 		xnet bool
 	}{
-		{"HEADERS on a half-closed (remote) stream: STREAM_CLOSED", func(r *rawPeer) {
-			r.headers(1, false, ":method", "CONNECT", ":authority", conformHold)
-			r.wantStatus(1, "200")
-			r.must(r.fr.WriteData(1, true, []byte("x")))
-			r.headers(1, true, "x-trailer", "1")
-			r.wantRST(1, http2.ErrCodeStreamClosed)
+		{"HEADERS on a half-closed (remote) stream: STREAM_CLOSED", func(r *hbonetest.Peer) {
+			r.Headers(1, false, ":method", "CONNECT", ":authority", conformHold)
+			r.WantStatus(1, "200")
+			r.Must(r.Framer.WriteData(1, true, []byte("x")))
+			r.Headers(1, true, "x-trailer", "1")
+			r.WantRST(1, http2.ErrCodeStreamClosed)
 		}, true},
-		{"DATA after END_STREAM: STREAM_CLOSED", func(r *rawPeer) {
-			r.headers(1, false, ":method", "CONNECT", ":authority", conformHold)
-			r.wantStatus(1, "200")
-			r.must(r.fr.WriteData(1, true, []byte("x")))
-			r.must(r.fr.WriteData(1, false, []byte("y")))
-			r.wantRST(1, http2.ErrCodeStreamClosed)
+		{"DATA after END_STREAM: STREAM_CLOSED", func(r *hbonetest.Peer) {
+			r.Headers(1, false, ":method", "CONNECT", ":authority", conformHold)
+			r.WantStatus(1, "200")
+			r.Must(r.Framer.WriteData(1, true, []byte("x")))
+			r.Must(r.Framer.WriteData(1, false, []byte("y")))
+			r.WantRST(1, http2.ErrCodeStreamClosed)
 		}, true},
-		{"DATA on a closed stream: STREAM_CLOSED", func(r *rawPeer) {
-			r.headers(1, false, ":method", "CONNECT", ":authority", conformClose)
-			r.wantStatus(1, "200")
-			r.must(r.fr.WriteData(1, true, []byte("x")))
-			r.wantEnd(1)
-			r.must(r.fr.WriteData(1, false, []byte("late")))
-			r.wantRST(1, http2.ErrCodeStreamClosed)
+		{"DATA on a closed stream: STREAM_CLOSED", func(r *hbonetest.Peer) {
+			r.Headers(1, false, ":method", "CONNECT", ":authority", conformClose)
+			r.WantStatus(1, "200")
+			r.Must(r.Framer.WriteData(1, true, []byte("x")))
+			r.WantEnd(1)
+			r.Must(r.Framer.WriteData(1, false, []byte("late")))
+			r.WantRST(1, http2.ErrCodeStreamClosed)
 		}, true},
-		{"DATA after the client's RST_STREAM: STREAM_CLOSED", func(r *rawPeer) {
-			r.headers(1, false, ":method", "CONNECT", ":authority", conformHold)
-			r.wantStatus(1, "200")
-			r.must(r.fr.WriteRSTStream(1, http2.ErrCodeCancel))
-			r.must(r.fr.WriteData(1, false, []byte("late")))
-			r.wantRST(1, http2.ErrCodeStreamClosed)
+		{"DATA after the client's RST_STREAM: STREAM_CLOSED", func(r *hbonetest.Peer) {
+			r.Headers(1, false, ":method", "CONNECT", ":authority", conformHold)
+			r.WantStatus(1, "200")
+			r.Must(r.Framer.WriteRSTStream(1, http2.ErrCodeCancel))
+			r.Must(r.Framer.WriteData(1, false, []byte("late")))
+			r.WantRST(1, http2.ErrCodeStreamClosed)
 		}, true},
-		{"non-CONNECT with an empty :path: PROTOCOL_ERROR", func(r *rawPeer) {
-			r.headers(1, true, ":method", "GET", ":scheme", "https", ":path", "", ":authority", "x")
-			r.wantRST(1, http2.ErrCodeProtocol)
+		{"non-CONNECT with an empty :path: PROTOCOL_ERROR", func(r *hbonetest.Peer) {
+			r.Headers(1, true, ":method", "GET", ":scheme", "https", ":path", "", ":authority", "x")
+			r.WantRST(1, http2.ErrCodeProtocol)
 		}, true},
-		{"non-CONNECT without :path: PROTOCOL_ERROR", func(r *rawPeer) {
-			r.headers(1, true, ":method", "GET", ":scheme", "https", ":authority", "x")
-			r.wantRST(1, http2.ErrCodeProtocol)
+		{"non-CONNECT without :path: PROTOCOL_ERROR", func(r *hbonetest.Peer) {
+			r.Headers(1, true, ":method", "GET", ":scheme", "https", ":authority", "x")
+			r.WantRST(1, http2.ErrCodeProtocol)
 		}, true},
-		{"non-CONNECT without :scheme: PROTOCOL_ERROR", func(r *rawPeer) {
-			r.headers(1, true, ":method", "GET", ":path", "/", ":authority", "x")
-			r.wantRST(1, http2.ErrCodeProtocol)
+		{"non-CONNECT without :scheme: PROTOCOL_ERROR", func(r *hbonetest.Peer) {
+			r.Headers(1, true, ":method", "GET", ":path", "/", ":authority", "x")
+			r.WantRST(1, http2.ErrCodeProtocol)
 		}, true},
-		{"trailers on a non-CONNECT request: the handler's answer", func(r *rawPeer) {
-			r.headers(1, false, ":method", "POST", ":scheme", "https", ":path", "/", ":authority", "x")
-			r.must(r.fr.WriteData(1, false, []byte("body")))
-			r.headers(1, true, "x-trailer", "1")
-			r.wantStatus(1, "400")
+		{"trailers on a non-CONNECT request: the handler's answer", func(r *hbonetest.Peer) {
+			r.Headers(1, false, ":method", "POST", ":scheme", "https", ":path", "/", ":authority", "x")
+			r.Must(r.Framer.WriteData(1, false, []byte("body")))
+			r.Headers(1, true, "x-trailer", "1")
+			r.WantStatus(1, "400")
 		}, true},
-		{"trailers without END_STREAM: PROTOCOL_ERROR", func(r *rawPeer) {
-			r.headers(1, false, ":method", "POST", ":scheme", "https", ":path", "/", ":authority", "x")
-			r.headers(1, false, "x-trailer", "1")
-			r.wantRST(1, http2.ErrCodeProtocol)
+		{"trailers without END_STREAM: PROTOCOL_ERROR", func(r *hbonetest.Peer) {
+			r.Headers(1, false, ":method", "POST", ":scheme", "https", ":path", "/", ":authority", "x")
+			r.Headers(1, false, "x-trailer", "1")
+			r.WantRST(1, http2.ErrCodeProtocol)
 		}, true},
-		{"trailers with a pseudo-header: PROTOCOL_ERROR", func(r *rawPeer) {
-			r.headers(1, false, ":method", "POST", ":scheme", "https", ":path", "/", ":authority", "x")
-			r.headers(1, true, ":path", "/again")
-			r.wantRST(1, http2.ErrCodeProtocol)
+		{"trailers with a pseudo-header: PROTOCOL_ERROR", func(r *hbonetest.Peer) {
+			r.Headers(1, false, ":method", "POST", ":scheme", "https", ":path", "/", ":authority", "x")
+			r.Headers(1, true, ":path", "/again")
+			r.WantRST(1, http2.ErrCodeProtocol)
 		}, true},
 		// x/net's server takes trailers on a CONNECT stream like on any
 		// request; RFC 9113 §8.5 allows only DATA and stream management
 		// frames on a tunnel.
-		{"trailers on a tunnel: PROTOCOL_ERROR", func(r *rawPeer) {
-			r.headers(1, false, ":method", "CONNECT", ":authority", conformHold)
-			r.wantStatus(1, "200")
-			r.headers(1, true, "x-trailer", "1")
-			r.wantRST(1, http2.ErrCodeProtocol)
+		{"trailers on a tunnel: PROTOCOL_ERROR", func(r *hbonetest.Peer) {
+			r.Headers(1, false, ":method", "CONNECT", ":authority", conformHold)
+			r.WantStatus(1, "200")
+			r.Headers(1, true, "x-trailer", "1")
+			r.WantRST(1, http2.ErrCodeProtocol)
 		}, false},
 	}
 	for _, tc := range cases {
-		servers := map[string]func(*testing.T) *rawPeer{"gozt": conformGozt}
+		servers := map[string]func(*testing.T) *hbonetest.Peer{"gozt": conformGozt}
 		if tc.xnet {
 			servers["x-net"] = conformXNet
 		}
@@ -199,8 +175,8 @@ func TestStreamStateConformance(t *testing.T) {
 				r := start(t)
 				tc.run(r)
 				// The connection lives on: a new tunnel opens.
-				r.headers(3, false, ":method", "CONNECT", ":authority", conformHold)
-				r.wantStatus(3, "200")
+				r.Headers(3, false, ":method", "CONNECT", ":authority", conformHold)
+				r.WantStatus(3, "200")
 			})
 		}
 	}
@@ -211,19 +187,19 @@ func TestStreamStateConformance(t *testing.T) {
 // ends the connection rather than queueing answers without bound.
 func TestClosedStreamDataAnsweredOnce(t *testing.T) {
 	r := conformGozt(t)
-	r.headers(1, false, ":method", "CONNECT", ":authority", conformHold)
-	r.wantStatus(1, "200")
-	r.must(r.fr.WriteRSTStream(1, http2.ErrCodeCancel))
+	r.Headers(1, false, ":method", "CONNECT", ":authority", conformHold)
+	r.WantStatus(1, "200")
+	r.Must(r.Framer.WriteRSTStream(1, http2.ErrCodeCancel))
 	for range 5 {
-		r.must(r.fr.WriteData(1, false, []byte("late")))
+		r.Must(r.Framer.WriteData(1, false, []byte("late")))
 	}
-	r.must(r.fr.WritePing(false, [8]byte{1}))
+	r.Must(r.Framer.WritePing(false, [8]byte{1}))
 	rsts := 0
 	for {
-		f := r.want(func(f rawFrame) bool {
-			return f.typ == http2.FrameRSTStream || f.typ == http2.FramePing && f.flags.Has(http2.FlagPingAck)
+		f := r.Want(func(f hbonetest.Frame) bool {
+			return f.Type == http2.FrameRSTStream || f.Type == http2.FramePing && f.Flags.Has(http2.FlagPingAck)
 		})
-		if f.typ == http2.FramePing {
+		if f.Type == http2.FramePing {
 			break
 		}
 		rsts++
@@ -236,15 +212,15 @@ func TestClosedStreamDataAnsweredOnce(t *testing.T) {
 	// that every frame asks for an answer.
 	var ids []uint32
 	for id := uint32(3); id < 3+2*4; id += 2 {
-		r.headers(id, false, ":method", "CONNECT", ":authority", conformHold)
-		r.wantStatus(id, "200")
-		r.must(r.fr.WriteRSTStream(id, http2.ErrCodeCancel))
+		r.Headers(id, false, ":method", "CONNECT", ":authority", conformHold)
+		r.WantStatus(id, "200")
+		r.Must(r.Framer.WriteRSTStream(id, http2.ErrCodeCancel))
 		ids = append(ids, id)
 	}
 	for i := 0; i < maxClosedFrames+10; i++ {
-		if err := r.fr.WriteData(ids[i%len(ids)], false, []byte{0}); err != nil {
+		if err := r.Framer.WriteData(ids[i%len(ids)], false, []byte{0}); err != nil {
 			break // the server closed the connection
 		}
 	}
-	r.wantGoAway(http2.ErrCodeEnhanceYourCalm)
+	r.WantGoAway(http2.ErrCodeEnhanceYourCalm)
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gozt/gozt/hbone/hbonetest"
 	"golang.org/x/net/http2"
 )
 
@@ -43,28 +44,10 @@ func tcpPairOn(t testing.TB, ip string) (*net.TCPConn, *net.TCPConn) {
 }
 
 // rawServerPeerOn is rawServerPeer on ip, the raw server sending settings.
-func rawServerPeerOn(t testing.TB, ip string, cfg Config, settings ...http2.Setting) (*ClientConn, *rawPeer) {
+func rawServerPeerOn(t testing.TB, ip string, cfg Config, settings ...http2.Setting) (*ClientConn, *hbonetest.Peer) {
 	t.Helper()
 	cn, sn := tcpPairOn(t, ip)
 	return rawServerPeerOver(t, cn, sn, cfg, settings...)
-}
-
-// dataUntil collects stream id's DATA from r until it holds n bytes; it
-// fails if the response HEADERS would have to come first (they cannot: the
-// raw peer has not sent them) or on timeout.
-func dataUntil(r *rawPeer, id uint32, n int) []byte {
-	r.t.Helper()
-	var got []byte
-	for len(got) < n {
-		f := r.want(func(f rawFrame) bool {
-			return f.typ == http2.FrameData && f.stream == id || f.typ == http2.FrameRSTStream
-		})
-		if f.typ == http2.FrameRSTStream {
-			r.t.Fatalf("RST_STREAM %v on stream %d while waiting for DATA", f.code, f.stream)
-		}
-		got = append(got, f.data...)
-	}
-	return got
 }
 
 // TestConnectEarlySendsBeforeResponse: ConnectEarly sends the source's
@@ -88,11 +71,11 @@ func TestConnectEarlySendsBeforeResponse(t *testing.T) {
 		s, err := cc.ConnectEarly(t.Context(), "10.0.0.1:80", nil, src)
 		ch <- result{s, err}
 	}()
-	r.want(func(f rawFrame) bool { return f.typ == http2.FrameHeaders && f.stream == 1 })
-	if got := dataUntil(r, 1, len(first)); !bytes.Equal(got, first) {
+	r.Want(func(f hbonetest.Frame) bool { return f.Type == http2.FrameHeaders && f.Stream == 1 })
+	if got := r.WantData(1, len(first)); !bytes.Equal(got, first) {
 		t.Fatalf("DATA before the response = %q, want %q", got, first)
 	}
-	r.headers(1, false, ":status", "200")
+	r.Headers(1, false, ":status", "200")
 	res := <-ch
 	if res.err != nil {
 		t.Fatalf("ConnectEarly: %v", res.err)
@@ -111,7 +94,7 @@ func TestConnectEarlySendsBeforeResponse(t *testing.T) {
 	if _, err := io.ReadFull(src, buf); err != nil || string(buf) != "later" {
 		t.Fatalf("source after ConnectEarly read %q, %v; want %q", buf, err, "later")
 	}
-	r.must(r.fr.WriteData(1, false, []byte("response")))
+	r.Must(r.Framer.WriteData(1, false, []byte("response")))
 	s.SetReadDeadline(time.Now().Add(5 * time.Second))
 	buf = make([]byte, 8)
 	if _, err := io.ReadFull(s, buf); err != nil || string(buf) != "response" {
@@ -126,7 +109,7 @@ func TestConnectEarlyServerSpeaksFirst(t *testing.T) {
 	cc, r := rawServerPeerOn(t, earlyIP, Config{})
 	app, src := tcpPairOn(t, earlyIP)
 	connected := connectEarlyAsync(t, cc, r, src)
-	r.headers(1, false, ":status", "200")
+	r.Headers(1, false, ":status", "200")
 	s := connected()
 	defer s.Close()
 	if s.EarlyBytes() != 0 {
@@ -151,23 +134,23 @@ func TestConnectEarlyWithinWindow(t *testing.T) {
 		t.Fatal(err)
 	}
 	connected := connectEarlyAsync(t, cc, r, src)
-	got := dataUntil(r, 1, window)
+	got := r.WantData(1, window)
 	// A PING's ACK comes back after whatever the client wrote before it
 	// read the PING: any DATA beyond the window would show up by then.
-	r.must(r.fr.WritePing(false, [8]byte{1}))
+	r.Must(r.Framer.WritePing(false, [8]byte{1}))
 	for {
-		f := r.want(func(f rawFrame) bool {
-			return f.typ == http2.FrameData || f.typ == http2.FramePing && f.flags.Has(http2.FlagPingAck)
+		f := r.Want(func(f hbonetest.Frame) bool {
+			return f.Type == http2.FrameData || f.Type == http2.FramePing && f.Flags.Has(http2.FlagPingAck)
 		})
-		if f.typ == http2.FramePing {
+		if f.Type == http2.FramePing {
 			break
 		}
-		got = append(got, f.data...)
+		got = append(got, f.Data...)
 	}
 	if len(got) != window {
 		t.Fatalf("client sent %d bytes before the response, window %d", len(got), window)
 	}
-	r.headers(1, false, ":status", "200")
+	r.Headers(1, false, ":status", "200")
 	s := connected()
 	defer s.Close()
 	if s.EarlyBytes() != window {
@@ -191,8 +174,8 @@ func TestConnectEarlyDenied(t *testing.T) {
 		_, err := cc.ConnectEarly(t.Context(), "10.0.0.1:80", nil, src)
 		ch <- err
 	}()
-	dataUntil(r, 1, len("smuggled"))
-	r.headers(1, true, ":status", "401")
+	r.WantData(1, len("smuggled"))
+	r.Headers(1, true, ":status", "401")
 	select {
 	case err := <-ch:
 		var se *StatusError
@@ -202,7 +185,7 @@ func TestConnectEarlyDenied(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("ConnectEarly did not return")
 	}
-	r.wantRST(1, http2.ErrCodeCancel)
+	r.WantRST(1, http2.ErrCodeCancel)
 	waitFor(t, func() bool { return cc.ActiveStreams() == 0 }, "stream released")
 }
 
@@ -232,9 +215,9 @@ func TestPoolEarlyRetryResends(t *testing.T) {
 			// bytes have arrived.
 			cc, r := rawServerPeerOn(t, earlyIP, Config{})
 			go func() {
-				r.want(func(f rawFrame) bool { return f.typ == http2.FrameHeaders && f.stream == 1 })
-				got := dataUntil(r, 1, len(all))
-				r.must(r.fr.WriteRSTStream(1, http2.ErrCodeRefusedStream))
+				r.Want(func(f hbonetest.Frame) bool { return f.Type == http2.FrameHeaders && f.Stream == 1 })
+				got := r.WantData(1, len(all))
+				r.Must(r.Framer.WriteRSTStream(1, http2.ErrCodeRefusedStream))
 				refused <- got
 			}()
 			return cc, nil
@@ -284,8 +267,8 @@ func TestPoolEarlyLostNotRetried(t *testing.T) {
 		dials.Add(1)
 		cc, r := rawServerPeerOn(t, earlyIP, Config{})
 		go func() {
-			r.want(func(f rawFrame) bool { return f.typ == http2.FrameData && f.stream == 1 })
-			r.c.Close()
+			r.Want(func(f hbonetest.Frame) bool { return f.Type == http2.FrameData && f.Stream == 1 })
+			r.Conn.Close()
 		}()
 		return cc, nil
 	}})
@@ -332,12 +315,12 @@ func TestConnectEarlySourceFails(t *testing.T) {
 		}
 		ch <- err
 	}()
-	if got := dataUntil(r, 1, len("partial")); string(got) != "partial" {
+	if got := r.WantData(1, len("partial")); string(got) != "partial" {
 		t.Fatalf("DATA %q", got)
 	}
-	r.headers(1, false, ":status", "200")
+	r.Headers(1, false, ":status", "200")
 	wait(t, ch, "ConnectEarly")
-	r.wantRST(1, http2.ErrCodeConnect)
+	r.WantRST(1, http2.ErrCodeConnect)
 }
 
 // trySource holds bytes that TryRead returns at once; its Read, which
@@ -369,10 +352,10 @@ func TestConnectEarlyTryRead(t *testing.T) {
 	all := payload(3, 300)
 	src := &trySource{b: all}
 	connected := connectEarlyAsync(t, cc, r, src)
-	got := dataUntil(r, 1, window)
-	r.headers(1, false, ":status", "200")
-	r.must(r.fr.WriteWindowUpdate(1, 1<<20))
-	got = append(got, dataUntil(r, 1, len(all)-window)...)
+	got := r.WantData(1, window)
+	r.Headers(1, false, ":status", "200")
+	r.Must(r.Framer.WriteWindowUpdate(1, 1<<20))
+	got = append(got, r.WantData(1, len(all)-window)...)
 	s := connected()
 	defer s.Close()
 	if !bytes.Equal(got, all) {
@@ -389,7 +372,7 @@ func TestConnectEarlyTryRead(t *testing.T) {
 // connectEarlyAsync starts cc.ConnectEarly from src and waits until the raw
 // server r sees its HEADERS (stream 1); connected waits for ConnectEarly
 // and returns its stream, failing the test on an error or a timeout.
-func connectEarlyAsync(t *testing.T, cc *ClientConn, r *rawPeer, src EarlySource) (connected func() *ClientStream) {
+func connectEarlyAsync(t *testing.T, cc *ClientConn, r *hbonetest.Peer, src EarlySource) (connected func() *ClientStream) {
 	t.Helper()
 	ch := make(chan error, 1)
 	var s *ClientStream
@@ -398,7 +381,7 @@ func connectEarlyAsync(t *testing.T, cc *ClientConn, r *rawPeer, src EarlySource
 		s, err = cc.ConnectEarly(t.Context(), "10.0.0.1:80", nil, src)
 		ch <- err
 	}()
-	r.want(func(f rawFrame) bool { return f.typ == http2.FrameHeaders && f.stream == 1 })
+	r.Want(func(f hbonetest.Frame) bool { return f.Type == http2.FrameHeaders && f.Stream == 1 })
 	return func() *ClientStream {
 		t.Helper()
 		wait(t, ch, "ConnectEarly")

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gozt/gozt/hbone/hbonetest"
 	"golang.org/x/net/http2"
 )
 
@@ -21,11 +22,11 @@ func TestNonConnectReachesHandler(t *testing.T) {
 		methods <- s.Method()
 		s.Respond(http.StatusBadRequest, nil)
 	}})
-	r.handshakeClient()
-	r.headers(1, true, ":method", "GET", ":scheme", "https", ":path", "/", ":authority", "x")
-	f := r.want(func(f rawFrame) bool { return f.typ == http2.FrameHeaders && f.stream == 1 })
-	if got := f.header(":status"); got != "400" || !f.flags.Has(http2.FlagHeadersEndStream) {
-		t.Errorf("response :status %q end_stream %v, want 400 with END_STREAM", got, f.flags.Has(http2.FlagHeadersEndStream))
+	r.Handshake()
+	r.Headers(1, true, ":method", "GET", ":scheme", "https", ":path", "/", ":authority", "x")
+	f := r.Want(func(f hbonetest.Frame) bool { return f.Type == http2.FrameHeaders && f.Stream == 1 })
+	if got := f.Header(":status"); got != "400" || !f.Flags.Has(http2.FlagHeadersEndStream) {
+		t.Errorf("response :status %q end_stream %v, want 400 with END_STREAM", got, f.Flags.Has(http2.FlagHeadersEndStream))
 	}
 	if got := <-methods; got != "GET" {
 		t.Errorf("handler saw method %q", got)
@@ -62,14 +63,14 @@ func TestMalformedRequests(t *testing.T) {
 				s.Respond(http.StatusOK, nil)
 				s.Close()
 			}})
-			r.handshakeClient()
-			r.headers(1, false, tt.fields...)
-			r.wantRST(1, http2.ErrCodeProtocol)
+			r.Handshake()
+			r.Headers(1, false, tt.fields...)
+			r.WantRST(1, http2.ErrCodeProtocol)
 			// The connection survives: a good request still works.
-			r.connect(3)
-			f := r.want(func(f rawFrame) bool { return f.typ == http2.FrameHeaders && f.stream == 3 })
-			if f.header(":status") != "200" {
-				t.Errorf("follow-up request: status %q", f.header(":status"))
+			r.Connect(3, rawTarget)
+			f := r.Want(func(f hbonetest.Frame) bool { return f.Type == http2.FrameHeaders && f.Stream == 3 })
+			if f.Header(":status") != "200" {
+				t.Errorf("follow-up request: status %q", f.Header(":status"))
 			}
 			if !called.Load() {
 				t.Errorf("handler not called for the valid request")
@@ -89,24 +90,24 @@ func TestMaxConcurrentStreams(t *testing.T) {
 		s.Close()
 	}})
 	defer close(release)
-	r.handshakeClient()
+	r.Handshake()
 	for i := range limit {
 		id := uint32(2*i + 1)
-		r.connect(id)
-		r.want(func(f rawFrame) bool { return f.typ == http2.FrameHeaders && f.stream == id })
+		r.Connect(id, rawTarget)
+		r.Want(func(f hbonetest.Frame) bool { return f.Type == http2.FrameHeaders && f.Stream == id })
 	}
-	r.connect(2*limit + 1)
-	r.wantRST(2*limit+1, http2.ErrCodeRefusedStream)
-	r.connect(2*limit + 3)
-	r.wantRST(2*limit+3, http2.ErrCodeRefusedStream)
+	r.Connect(2*limit+1, rawTarget)
+	r.WantRST(2*limit+1, http2.ErrCodeRefusedStream)
+	r.Connect(2*limit+3, rawTarget)
+	r.WantRST(2*limit+3, http2.ErrCodeRefusedStream)
 	// The first streams still carry data.
-	r.must(r.fr.WriteData(1, false, []byte("ping")))
-	r.must(r.fr.WritePing(false, [8]byte{1}))
-	f := r.want(func(f rawFrame) bool {
-		return f.typ == http2.FramePing || f.typ == http2.FrameRSTStream || f.typ == http2.FrameGoAway
+	r.Must(r.Framer.WriteData(1, false, []byte("ping")))
+	r.Must(r.Framer.WritePing(false, [8]byte{1}))
+	f := r.Want(func(f hbonetest.Frame) bool {
+		return f.Type == http2.FramePing || f.Type == http2.FrameRSTStream || f.Type == http2.FrameGoAway
 	})
-	if f.typ != http2.FramePing {
-		t.Fatalf("got %v after refusals", f.typ)
+	if f.Type != http2.FramePing {
+		t.Fatalf("got %v after refusals", f.Type)
 	}
 }
 
@@ -119,33 +120,22 @@ func TestHeaderListTooLarge(t *testing.T) {
 		s.Respond(http.StatusOK, nil)
 		s.Close()
 	}})
-	r.handshakeClient()
+	r.Handshake()
 	fields := []string{":method", "CONNECT", ":authority", "a:1"}
 	value := strings.Repeat("v", 1000)
 	for i := range 80 { // ~80 KiB decoded, over the 64 KiB default
 		fields = append(fields, "x-h"+itoa(i), value)
 	}
-	block := r.block(fields...)
+	block := r.Block(fields...)
 	// Send it in 16 KiB pieces, like a peer respecting the default frame size.
-	first := true
-	for len(block) > 0 {
-		n := min(len(block), 16<<10)
-		frag := block[:n]
-		block = block[n:]
-		if first {
-			r.must(r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: frag, EndHeaders: len(block) == 0}))
-			first = false
-		} else {
-			r.must(r.fr.WriteContinuation(1, len(block) == 0, frag))
-		}
-	}
-	f := r.want(func(f rawFrame) bool {
-		return f.stream == 1 && (f.typ == http2.FrameHeaders || f.typ == http2.FrameRSTStream) || f.typ == http2.FrameGoAway
+	r.WriteBlock(1, false, block)
+	f := r.Want(func(f hbonetest.Frame) bool {
+		return f.Stream == 1 && (f.Type == http2.FrameHeaders || f.Type == http2.FrameRSTStream) || f.Type == http2.FrameGoAway
 	})
-	if f.typ != http2.FrameHeaders || f.header(":status") != "431" {
-		t.Fatalf("got %v %q, want HEADERS :status 431", f.typ, f.header(":status"))
+	if f.Type != http2.FrameHeaders || f.Header(":status") != "431" {
+		t.Fatalf("got %v %q, want HEADERS :status 431", f.Type, f.Header(":status"))
 	}
-	r.wantRST(1, http2.ErrCodeNo)
+	r.WantRST(1, http2.ErrCodeNo)
 	if called.Load() {
 		t.Errorf("handler ran for an oversized request")
 	}
@@ -158,18 +148,17 @@ func TestContinuationFlood(t *testing.T) {
 	for _, fragSize := range []int{0, 1000} {
 		t.Run("fragment "+itoa(fragSize), func(t *testing.T) {
 			r, res := rawServer(t, &Server{Handler: func(s *ServerStream) { s.Close() }})
-			r.handshakeClient()
-			r.must(r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: r.block(":method", "CONNECT")}))
+			r.Handshake()
+			r.Must(r.Framer.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: r.Block(":method", "CONNECT")}))
 			frag := bytes.Repeat([]byte{0x40}, fragSize) // fragments of literal-field prefixes
 			wrote := 0
 			for i := 0; i < 100000; i++ {
-				if err := r.fr.WriteContinuation(1, false, frag); err != nil {
+				if err := r.Framer.WriteContinuation(1, false, frag); err != nil {
 					break
 				}
 				wrote++
 			}
-			r.wantGoAway(http2.ErrCodeEnhanceYourCalm)
-			r.wantClosed()
+			r.WantShutdown(http2.ErrCodeEnhanceYourCalm)
 			if err, ok := res.wait(10 * time.Second); !ok || err == nil {
 				t.Errorf("ServeConn = %v (returned %v), want an error", err, ok)
 			}
@@ -199,19 +188,18 @@ func TestRapidReset(t *testing.T) {
 		s.Close()
 		running.Add(-1)
 	}})
-	r.handshakeClient()
+	r.Handshake()
 	go func() {
 		for id := uint32(1); id < 20000; id += 2 {
-			if err := r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: r.block(":method", "CONNECT", ":authority", "a:1"), EndHeaders: true}); err != nil {
+			if err := r.Framer.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: r.Block(":method", "CONNECT", ":authority", "a:1"), EndHeaders: true}); err != nil {
 				return
 			}
-			if err := r.fr.WriteRSTStream(id, http2.ErrCodeCancel); err != nil {
+			if err := r.Framer.WriteRSTStream(id, http2.ErrCodeCancel); err != nil {
 				return
 			}
 		}
 	}()
-	r.wantGoAway(http2.ErrCodeEnhanceYourCalm)
-	r.wantClosed()
+	r.WantShutdown(http2.ErrCodeEnhanceYourCalm)
 	if p := peak.Load(); p > limit {
 		t.Errorf("%d handlers ran at once, limit %d", p, limit)
 	}
@@ -226,20 +214,19 @@ func TestMadeYouReset(t *testing.T) {
 		io.Copy(io.Discard, s)
 		s.Close()
 	}})
-	r.handshakeClient()
+	r.Handshake()
 	go func() {
 		for id := uint32(1); id < 4000; id += 2 {
-			if err := r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: r.block(":method", "CONNECT", ":authority", "a:1"), EndHeaders: true}); err != nil {
+			if err := r.Framer.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: r.Block(":method", "CONNECT", ":authority", "a:1"), EndHeaders: true}); err != nil {
 				return
 			}
-			if err := r.fr.WriteWindowUpdate(id, 0); err != nil {
+			if err := r.Framer.WriteWindowUpdate(id, 0); err != nil {
 				return
 			}
 		}
 	}()
-	r.wantRST(1, http2.ErrCodeProtocol)
-	r.wantGoAway(http2.ErrCodeEnhanceYourCalm)
-	r.wantClosed()
+	r.WantRST(1, http2.ErrCodeProtocol)
+	r.WantShutdown(http2.ErrCodeEnhanceYourCalm)
 }
 
 // TestFloods: SETTINGS, PING and empty-DATA floods end the connection with
@@ -247,11 +234,11 @@ func TestMadeYouReset(t *testing.T) {
 func TestFloods(t *testing.T) {
 	tests := []struct {
 		name string
-		send func(r *rawPeer) error
+		send func(r *hbonetest.Peer) error
 	}{
-		{"settings", func(r *rawPeer) error { return r.fr.WriteSettings() }},
-		{"ping", func(r *rawPeer) error { return r.fr.WritePing(false, [8]byte{}) }},
-		{"empty data", func(r *rawPeer) error { return r.fr.WriteData(1, false, nil) }},
+		{"settings", func(r *hbonetest.Peer) error { return r.Framer.WriteSettings() }},
+		{"ping", func(r *hbonetest.Peer) error { return r.Framer.WritePing(false, [8]byte{}) }},
+		{"empty data", func(r *hbonetest.Peer) error { return r.Framer.WriteData(1, false, nil) }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -260,8 +247,8 @@ func TestFloods(t *testing.T) {
 				io.Copy(io.Discard, s)
 				s.Close()
 			}})
-			r.handshakeClient()
-			r.connect(1)
+			r.Handshake()
+			r.Connect(1, rawTarget)
 			go func() {
 				for range 100000 {
 					if tt.send(r) != nil {
@@ -269,8 +256,7 @@ func TestFloods(t *testing.T) {
 					}
 				}
 			}()
-			r.wantGoAway(http2.ErrCodeEnhanceYourCalm)
-			r.wantClosed()
+			r.WantShutdown(http2.ErrCodeEnhanceYourCalm)
 		})
 	}
 }
@@ -285,18 +271,17 @@ func TestWindowUpdateOverflow(t *testing.T) {
 			io.Copy(io.Discard, s)
 			s.Close()
 		}})
-		r.handshakeClient()
-		r.connect(1)
-		r.want(func(f rawFrame) bool { return f.typ == http2.FrameHeaders && f.stream == 1 })
-		r.must(r.fr.WriteWindowUpdate(1, maxWindow))
-		r.wantRST(1, http2.ErrCodeFlowControl)
+		r.Handshake()
+		r.Connect(1, rawTarget)
+		r.Want(func(f hbonetest.Frame) bool { return f.Type == http2.FrameHeaders && f.Stream == 1 })
+		r.Must(r.Framer.WriteWindowUpdate(1, maxWindow))
+		r.WantRST(1, http2.ErrCodeFlowControl)
 	})
 	t.Run("connection", func(t *testing.T) {
 		r, _ := rawServer(t, &Server{Handler: func(s *ServerStream) { s.Close() }})
-		r.handshakeClient()
-		r.must(r.fr.WriteWindowUpdate(0, maxWindow))
-		r.wantGoAway(http2.ErrCodeFlowControl)
-		r.wantClosed()
+		r.Handshake()
+		r.Must(r.Framer.WriteWindowUpdate(0, maxWindow))
+		r.WantShutdown(http2.ErrCodeFlowControl)
 	})
 }
 
@@ -308,10 +293,10 @@ func TestStreamWindowExceeded(t *testing.T) {
 		time.Sleep(100 * time.Millisecond) // not reading
 		s.Close()
 	}})
-	r.handshakeClient()
-	r.connect(1)
-	r.must(r.fr.WriteData(1, false, make([]byte, 1<<14+1)))
-	r.wantRST(1, http2.ErrCodeFlowControl)
+	r.Handshake()
+	r.Connect(1, rawTarget)
+	r.Must(r.Framer.WriteData(1, false, make([]byte, 1<<14+1)))
+	r.WantRST(1, http2.ErrCodeFlowControl)
 }
 
 // TestEarlyDataHeldForHandler: DATA sent right after the CONNECT HEADERS sits
@@ -351,22 +336,22 @@ func TestEarlyDataHeldForHandler(t *testing.T) {
 				n, _ := io.ReadAtLeast(s, b, len(early))
 				result <- string(b[:n])
 			}})
-			r.handshakeClient()
-			r.connect(1)
-			r.must(r.fr.WriteData(1, false, early))
+			r.Handshake()
+			r.Connect(1, rawTarget)
+			r.Must(r.Framer.WriteData(1, false, early))
 			close(arrived)
-			f := r.want(func(f rawFrame) bool { return f.typ == http2.FrameHeaders && f.stream == 1 })
+			f := r.Want(func(f hbonetest.Frame) bool { return f.Type == http2.FrameHeaders && f.Stream == 1 })
 			got := <-result
 			if accept {
-				if f.header(":status") != "200" || got != string(early) {
-					t.Errorf("status %q, handler read %q; want 200 and the early bytes", f.header(":status"), got)
+				if f.Header(":status") != "200" || got != string(early) {
+					t.Errorf("status %q, handler read %q; want 200 and the early bytes", f.Header(":status"), got)
 				}
 				return
 			}
-			if f.header(":status") != "401" || got != "read 0 EOF" {
-				t.Errorf("status %q, handler %q; want 401 and no bytes", f.header(":status"), got)
+			if f.Header(":status") != "401" || got != "read 0 EOF" {
+				t.Errorf("status %q, handler %q; want 401 and no bytes", f.Header(":status"), got)
 			}
-			r.wantRST(1, http2.ErrCodeNo)
+			r.WantRST(1, http2.ErrCodeNo)
 		})
 	}
 }
@@ -386,9 +371,9 @@ func TestPingTimeoutServer(t *testing.T) {
 		Handler: func(s *ServerStream) { s.Close() },
 	})
 	start := time.Now()
-	r.handshakeClient()
-	r.want(func(f rawFrame) bool { return f.typ == http2.FramePing && !f.flags.Has(http2.FlagPingAck) })
-	r.wantClosed()
+	r.Handshake()
+	r.Want(func(f hbonetest.Frame) bool { return f.Type == http2.FramePing && !f.Flags.Has(http2.FlagPingAck) })
+	r.WantClosed()
 	if d := time.Since(start); d < 50*time.Millisecond {
 		t.Errorf("closed after %v, before the ping timeout", d)
 	}
@@ -434,15 +419,15 @@ func TestHandlerFailures(t *testing.T) {
 		s.Respond(http.StatusOK, nil)
 		s.Close()
 	}})
-	r.handshakeClient()
-	r.connect(1, "mode", "panic")
-	r.wantRST(1, http2.ErrCodeInternal)
-	r.connect(3, "mode", "return")
-	r.wantRST(3, http2.ErrCodeInternal)
-	r.connect(5)
-	f := r.want(func(f rawFrame) bool { return f.typ == http2.FrameHeaders && f.stream == 5 })
-	if f.header(":status") != "200" {
-		t.Errorf("after handler failures: status %q", f.header(":status"))
+	r.Handshake()
+	r.Connect(1, rawTarget, "mode", "panic")
+	r.WantRST(1, http2.ErrCodeInternal)
+	r.Connect(3, rawTarget, "mode", "return")
+	r.WantRST(3, http2.ErrCodeInternal)
+	r.Connect(5, rawTarget)
+	f := r.Want(func(f hbonetest.Frame) bool { return f.Type == http2.FrameHeaders && f.Stream == 5 })
+	if f.Header(":status") != "200" {
+		t.Errorf("after handler failures: status %q", f.Header(":status"))
 	}
 }
 
@@ -456,27 +441,27 @@ func TestRefusedAfterGoAway(t *testing.T) {
 		s.Close()
 	}}
 	r, _ := rawServer(t, srv)
-	r.handshakeClient()
-	r.connect(1)
-	r.want(func(f rawFrame) bool { return f.typ == http2.FrameHeaders && f.stream == 1 })
+	r.Handshake()
+	r.Connect(1, rawTarget)
+	r.Want(func(f hbonetest.Frame) bool { return f.Type == http2.FrameHeaders && f.Stream == 1 })
 	shut := make(chan error, 1)
 	go func() { shut <- srv.Shutdown(t.Context()) }()
-	g := r.wantGoAway(http2.ErrCodeNo)
-	if g.last != 1 {
-		t.Errorf("GOAWAY last stream id %d, want 1", g.last)
+	g := r.WantGoAway(http2.ErrCodeNo)
+	if g.Last != 1 {
+		t.Errorf("GOAWAY last stream id %d, want 1", g.Last)
 	}
-	r.connect(3)
-	r.wantRST(3, http2.ErrCodeRefusedStream)
-	r.must(r.fr.WriteData(1, false, []byte("still here")))
-	f := r.want(func(f rawFrame) bool { return f.typ == http2.FrameData && f.stream == 1 })
-	if string(f.data) != "still here" {
-		t.Errorf("echo on the old stream: %q", f.data)
+	r.Connect(3, rawTarget)
+	r.WantRST(3, http2.ErrCodeRefusedStream)
+	r.Must(r.Framer.WriteData(1, false, []byte("still here")))
+	f := r.Want(func(f hbonetest.Frame) bool { return f.Type == http2.FrameData && f.Stream == 1 })
+	if string(f.Data) != "still here" {
+		t.Errorf("echo on the old stream: %q", f.Data)
 	}
-	r.must(r.fr.WriteData(1, true, nil))
-	r.want(func(f rawFrame) bool {
-		return f.typ == http2.FrameRSTStream || f.flags.Has(http2.FlagDataEndStream) && f.stream == 1
+	r.Must(r.Framer.WriteData(1, true, nil))
+	r.Want(func(f hbonetest.Frame) bool {
+		return f.Type == http2.FrameRSTStream || f.Flags.Has(http2.FlagDataEndStream) && f.Stream == 1
 	})
-	r.wantClosed()
+	r.WantClosed()
 	if err := <-shut; err != nil {
 		t.Errorf("Shutdown = %v", err)
 	}
@@ -486,19 +471,19 @@ func TestRefusedAfterGoAway(t *testing.T) {
 func TestClientAgainstBadServer(t *testing.T) {
 	tests := []struct {
 		name    string
-		respond func(r *rawPeer)
+		respond func(r *hbonetest.Peer)
 		check   func(err error) bool
 		rst     http2.ErrCode // expected RST_STREAM from the client, or 0xff for none
 	}{
 		{
 			name:    "refused stream",
-			respond: func(r *rawPeer) { r.must(r.fr.WriteRSTStream(1, http2.ErrCodeRefusedStream)) },
+			respond: func(r *hbonetest.Peer) { r.Must(r.Framer.WriteRSTStream(1, http2.ErrCodeRefusedStream)) },
 			check:   func(err error) bool { return errors.Is(err, ErrRefused) },
 			rst:     0xff,
 		},
 		{
 			name:    "data before response",
-			respond: func(r *rawPeer) { r.must(r.fr.WriteData(1, false, []byte("x"))) },
+			respond: func(r *hbonetest.Peer) { r.Must(r.Framer.WriteData(1, false, []byte("x"))) },
 			check: func(err error) bool {
 				var re *ResetError
 				return errors.As(err, &re) && re.Code == http2.ErrCodeProtocol
@@ -507,15 +492,15 @@ func TestClientAgainstBadServer(t *testing.T) {
 		},
 		{
 			name:    "missing status",
-			respond: func(r *rawPeer) { r.headers(1, false, "x", "y") },
+			respond: func(r *hbonetest.Peer) { r.Headers(1, false, "x", "y") },
 			check:   func(err error) bool { return err != nil },
 			rst:     http2.ErrCodeProtocol,
 		},
 		{
 			name: "interim then 503",
-			respond: func(r *rawPeer) {
-				r.headers(1, false, ":status", "100")
-				r.headers(1, false, ":status", "503")
+			respond: func(r *hbonetest.Peer) {
+				r.Headers(1, false, ":status", "100")
+				r.Headers(1, false, ":status", "503")
 			},
 			check: func(err error) bool { var se *StatusError; return errors.As(err, &se) && se.Code == 503 },
 			rst:   http2.ErrCodeCancel,
@@ -535,11 +520,11 @@ func TestClientAgainstBadServer(t *testing.T) {
 				}
 				return nil
 			})
-			r.want(func(f rawFrame) bool { return f.typ == http2.FrameHeaders && f.stream == 1 })
+			r.Want(func(f hbonetest.Frame) bool { return f.Type == http2.FrameHeaders && f.Stream == 1 })
 			tt.respond(r)
 			wait(t, res, "Connect")
 			if tt.rst != 0xff {
-				r.wantRST(1, tt.rst)
+				r.WantRST(1, tt.rst)
 			}
 			waitFor(t, func() bool { return cc.ActiveStreams() == 0 }, "stream released")
 		})

@@ -209,10 +209,10 @@ func TestHPACKStateAfterLargeBlock(t *testing.T) {
 		s.Respond(http.StatusOK, nil)
 		s.Close()
 	}})
-	r.handshakeClient()
+	r.Handshake()
 	big := strings.Repeat("v", 40<<10)
-	r.connect(1, "x-small", "first", "x-big", big)
-	r.connect(3, "x-small", "first") // indexed from the dynamic table now
+	r.Connect(1, rawTarget, "x-small", "first", "x-big", big)
+	r.Connect(3, rawTarget, "x-small", "first") // indexed from the dynamic table now
 	for i := range 2 {
 		select {
 		case got := <-seen:

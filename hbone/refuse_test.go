@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gozt/gozt/hbone/hbonetest"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 )
@@ -25,26 +26,26 @@ func TestGoAwayLastStreamSkipsRefused(t *testing.T) {
 		s.Close()
 	}}
 	r, _ := rawServer(t, srv)
-	r.handshakeClient()
-	r.connect(1)
-	r.want(func(f rawFrame) bool { return f.typ == http2.FrameHeaders && f.stream == 1 })
-	r.connect(3)
-	r.wantRST(3, http2.ErrCodeRefusedStream)
+	r.Handshake()
+	r.Connect(1, rawTarget)
+	r.Want(func(f hbonetest.Frame) bool { return f.Type == http2.FrameHeaders && f.Stream == 1 })
+	r.Connect(3, rawTarget)
+	r.WantRST(3, http2.ErrCodeRefusedStream)
 
 	shut := runAsync(func() error { return srv.Shutdown(t.Context()) })
 	defer func() {
 		close(release)
 		<-shut
 	}()
-	if g := r.wantGoAway(http2.ErrCodeNo); g.last != 1 {
-		t.Errorf("graceful GOAWAY last stream id %d after stream 3 was refused (full), want 1", g.last)
+	if g := r.WantGoAway(http2.ErrCodeNo); g.Last != 1 {
+		t.Errorf("graceful GOAWAY last stream id %d after stream 3 was refused (full), want 1", g.Last)
 	}
-	r.connect(5)
-	r.wantRST(5, http2.ErrCodeRefusedStream)
+	r.Connect(5, rawTarget)
+	r.WantRST(5, http2.ErrCodeRefusedStream)
 	// A connection error now: the final GOAWAY names the same last stream.
-	r.must(r.fr.WriteWindowUpdate(0, maxWindow))
-	if g := r.wantGoAway(http2.ErrCodeFlowControl); g.last != 1 {
-		t.Errorf("final GOAWAY last stream id %d after stream 5 was refused (draining), want 1", g.last)
+	r.Must(r.Framer.WriteWindowUpdate(0, maxWindow))
+	if g := r.WantGoAway(http2.ErrCodeFlowControl); g.Last != 1 {
+		t.Errorf("final GOAWAY last stream id %d after stream 5 was refused (draining), want 1", g.Last)
 	}
 }
 
@@ -84,17 +85,17 @@ func TestDrainRefusalFlood(t *testing.T) {
 	t.Run("reading", func(t *testing.T) {
 		srv, release := drainingServer(t)
 		r, res := rawServer(t, srv)
-		r.handshakeClient()
-		r.connect(1)
-		r.want(func(f rawFrame) bool { return f.typ == http2.FrameHeaders && f.stream == 1 })
+		r.Handshake()
+		r.Connect(1, rawTarget)
+		r.Want(func(f hbonetest.Frame) bool { return f.Type == http2.FrameHeaders && f.Stream == 1 })
 		shut := runAsync(func() error { return srv.Shutdown(t.Context()) })
 		defer func() {
 			release()
 			<-shut
 		}()
-		r.wantGoAway(http2.ErrCodeNo)
-		block := r.block(":method", "CONNECT", ":authority", "a:1")
-		sent := floodFrom(r.fr, func() []byte { return block })
+		r.WantGoAway(http2.ErrCodeNo)
+		block := r.Block(":method", "CONNECT", ":authority", "a:1")
+		sent := floodFrom(r.Framer, func() []byte { return block })
 		// The server sends GOAWAY ENHANCE_YOUR_CALM and closes. While the
 		// flood is still arriving, the kernel may reset the connection over
 		// the unread bytes and drop that GOAWAY on the way, so what is
@@ -103,12 +104,12 @@ func TestDrainRefusalFlood(t *testing.T) {
 	frames:
 		for {
 			select {
-			case f, ok := <-r.frames:
+			case f, ok := <-r.Frames():
 				if !ok {
 					break frames
 				}
-				if f.typ == http2.FrameGoAway && f.code != http2.ErrCodeNo && f.code != http2.ErrCodeEnhanceYourCalm {
-					t.Fatalf("GOAWAY code %v, want ENHANCE_YOUR_CALM", f.code)
+				if f.Type == http2.FrameGoAway && f.Code != http2.ErrCodeNo && f.Code != http2.ErrCodeEnhanceYourCalm {
+					t.Fatalf("GOAWAY code %v, want ENHANCE_YOUR_CALM", f.Code)
 				}
 			case <-cut:
 				t.Fatal("a reading peer flooding HEADERS after GOAWAY was never cut off")
@@ -220,25 +221,25 @@ func heldHandler(t testing.TB) Handler {
 
 // wantAnswer waits for the response HEADERS on stream id and fails on a
 // reset or GOAWAY instead.
-func wantAnswer(t testing.TB, r *rawPeer, id uint32) {
+func wantAnswer(t testing.TB, r *hbonetest.Peer, id uint32) {
 	t.Helper()
-	f := r.want(func(f rawFrame) bool {
-		return f.typ == http2.FrameGoAway || f.stream == id && (f.typ == http2.FrameHeaders || f.typ == http2.FrameRSTStream)
+	f := r.Want(func(f hbonetest.Frame) bool {
+		return f.Type == http2.FrameGoAway || f.Stream == id && (f.Type == http2.FrameHeaders || f.Type == http2.FrameRSTStream)
 	})
-	if f.typ != http2.FrameHeaders || f.header(":status") != "200" {
-		t.Fatalf("stream %d: got %v (code %v, status %q), want a 200", id, f.typ, f.code, f.header(":status"))
+	if f.Type != http2.FrameHeaders || f.Header(":status") != "200" {
+		t.Fatalf("stream %d: got %v (code %v, status %q), want a 200", id, f.Type, f.Code, f.Header(":status"))
 	}
 }
 
 // wantEcho checks that stream id, served by echoHandler, still echoes.
-func wantEcho(t testing.TB, r *rawPeer, id uint32) {
+func wantEcho(t testing.TB, r *hbonetest.Peer, id uint32) {
 	t.Helper()
-	r.must(r.fr.WriteData(id, false, []byte("ping")))
-	f := r.want(func(f rawFrame) bool {
-		return f.typ == http2.FrameGoAway || f.stream == id && (f.typ == http2.FrameData || f.typ == http2.FrameRSTStream)
+	r.Must(r.Framer.WriteData(id, false, []byte("ping")))
+	f := r.Want(func(f hbonetest.Frame) bool {
+		return f.Type == http2.FrameGoAway || f.Stream == id && (f.Type == http2.FrameData || f.Type == http2.FrameRSTStream)
 	})
-	if f.typ != http2.FrameData || string(f.data) != "ping" {
-		t.Fatalf("stream %d: got %v (code %v) %q, want its echo", id, f.typ, f.code, f.data)
+	if f.Type != http2.FrameData || string(f.Data) != "ping" {
+		t.Fatalf("stream %d: got %v (code %v) %q, want its echo", id, f.Type, f.Code, f.Data)
 	}
 }
 
@@ -249,14 +250,14 @@ func wantEcho(t testing.TB, r *rawPeer, id uint32) {
 func TestResetStreamFreesSlot(t *testing.T) {
 	const limit = 2
 	r, _ := rawServer(t, &Server{Config: Config{MaxConcurrentStreams: limit}, Handler: heldHandler(t)})
-	r.handshakeClient()
-	r.connect(1, "mode", "echo")
+	r.Handshake()
+	r.Connect(1, rawTarget, "mode", "echo")
 	wantAnswer(t, r, 1)
 	for i := range 3 * maxLocalResets / 2 {
 		id := uint32(3 + 2*i)
-		r.connect(id)
+		r.Connect(id, rawTarget)
 		wantAnswer(t, r, id)
-		r.must(r.fr.WriteRSTStream(id, http2.ErrCodeCancel))
+		r.Must(r.Framer.WriteRSTStream(id, http2.ErrCodeCancel))
 	}
 	wantEcho(t, r, 1)
 }
@@ -266,13 +267,13 @@ func TestResetStreamFreesSlot(t *testing.T) {
 // protocol-error limit the connection and its healthy stream live on.
 func TestRefusalsAreNotAbuse(t *testing.T) {
 	r, _ := rawServer(t, &Server{Config: Config{MaxConcurrentStreams: 1}, Handler: heldHandler(t)})
-	r.handshakeClient()
-	r.connect(1, "mode", "echo")
+	r.Handshake()
+	r.Connect(1, rawTarget, "mode", "echo")
 	wantAnswer(t, r, 1)
 	for i := range 3 * maxLocalResets / 2 {
 		id := uint32(3 + 2*i)
-		r.connect(id)
-		r.wantRST(id, http2.ErrCodeRefusedStream)
+		r.Connect(id, rawTarget)
+		r.WantRST(id, http2.ErrCodeRefusedStream)
 	}
 	wantEcho(t, r, 1)
 }
@@ -282,26 +283,26 @@ func TestRefusalsAreNotAbuse(t *testing.T) {
 func TestPoolRefusedTriesAnotherConn(t *testing.T) {
 	refusing, r1 := rawServerPeer(t, Config{})
 	accepting, r2 := rawServerPeer(t, Config{})
-	answer := func(r *rawPeer, reply func(id uint32)) *atomic.Int32 {
+	answer := func(r *hbonetest.Peer, reply func(id uint32)) *atomic.Int32 {
 		var n atomic.Int32
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			for f := range r.frames {
-				if f.typ == http2.FrameHeaders {
+			for f := range r.Frames() {
+				if f.Type == http2.FrameHeaders {
 					n.Add(1)
-					reply(f.stream)
+					reply(f.Stream)
 				}
 			}
 		}()
 		t.Cleanup(func() {
-			r.c.Close()
+			r.Conn.Close()
 			<-done
 		})
 		return &n
 	}
-	refused := answer(r1, func(id uint32) { r1.fr.WriteRSTStream(id, http2.ErrCodeRefusedStream) })
-	answer(r2, func(id uint32) { r2.headers(id, false, ":status", "200") })
+	refused := answer(r1, func(id uint32) { r1.Framer.WriteRSTStream(id, http2.ErrCodeRefusedStream) })
+	answer(r2, func(id uint32) { r2.Headers(id, false, ":status", "200") })
 	var dials atomic.Int32
 	pool := NewPool(PoolConfig{Dial: func(ctx context.Context, key Key) (*ClientConn, error) {
 		if dials.Add(1) == 1 {

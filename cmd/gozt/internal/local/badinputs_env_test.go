@@ -16,7 +16,6 @@ import (
 	"io"
 	"math/big"
 	"net"
-	"net/url"
 	"os"
 	"path/filepath"
 	"sync"
@@ -26,6 +25,7 @@ import (
 
 	"github.com/gozt/gozt/certs"
 	"github.com/gozt/gozt/hbone"
+	"github.com/gozt/gozt/hbone/hbonetest"
 	"github.com/gozt/gozt/rbac"
 )
 
@@ -57,21 +57,11 @@ type badEnv struct {
 func startBadEnv(t *testing.T) *badEnv {
 	t.Helper()
 	n := nextBadNet.Add(1)
-	ips := meshIPs{
-		Client:  fmt.Sprintf("127.87.%d.2", n),
-		Server:  fmt.Sprintf("127.87.%d.3", n),
-		Server2: fmt.Sprintf("127.87.%d.4", n),
-		Plain:   fmt.Sprintf("127.87.%d.9", n),
-	}
+	ips := meshIPsIn(87, int(n))
 	vip := fmt.Sprintf("127.87.%d.10", n)
-	data := struct {
-		meshIPs
-		VIP string
-	}{ips, vip}
 	caDir := filepath.Join(t.TempDir(), "ca")
-	m, logs := startConfig(t, baseConfig, data, Options{CADir: caDir})
 	e := &badEnv{
-		tm:     &testMesh{Mesh: m, ips: ips, vip: vip, logs: logs},
+		tm:     startMeshOn(t, ips, vip, "", Options{CADir: caDir}),
 		ext:    fmt.Sprintf("127.87.%d.5", n),
 		victim: fmt.Sprintf("127.87.%d.6", n),
 	}
@@ -124,19 +114,19 @@ func (e *badEnv) server(port string) string { return net.JoinHostPort(e.tm.ips.S
 
 // peer opens a frame-level client from the client workload's IP to the
 // server's 15008 with the client's mesh certificate, preface sent.
-func (e *badEnv) peer(t *testing.T) *h2peer {
+func (e *badEnv) peer(t *testing.T) *hbonetest.Peer {
 	t.Helper()
 	p := dialH2Peer(t, e.tm.ips.Client, e.server("15008"), e.tm.clientTLS(t))
-	p.handshake()
+	p.Handshake()
 	return p
 }
 
 // followUp checks that the connection still serves a tunnel.
-func (e *badEnv) followUp(p *h2peer, id uint32) {
-	p.t.Helper()
-	p.connect(id, e.server(badEchoPort))
-	p.wantStatus(id, "200")
-	p.echo(id, []byte("still serving"))
+func (e *badEnv) followUp(t testing.TB, p *hbonetest.Peer, id uint32) {
+	t.Helper()
+	p.Connect(id, e.server(badEchoPort))
+	p.WantStatus(id, "200")
+	p.Echo(id, []byte("still serving"))
 }
 
 // badSinkMode is what a sink does with an accepted connection.
@@ -483,25 +473,6 @@ func badMint(t *testing.T, tmpl, parent *x509.Certificate, parentKey crypto.Sign
 		t.Fatalf("mint %v: %v", c.Subject, err)
 	}
 	return der, key
-}
-
-// badLeafTemplate is a workload leaf template like localca's with uris as its
-// URI SANs.
-func badLeafTemplate(t *testing.T, uris ...string) *x509.Certificate {
-	t.Helper()
-	tmpl := &x509.Certificate{
-		KeyUsage:              x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		BasicConstraintsValid: true,
-	}
-	for _, s := range uris {
-		u, err := url.Parse(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tmpl.URIs = append(tmpl.URIs, u)
-	}
-	return tmpl
 }
 
 // badCATemplate is an intermediate CA template named name.

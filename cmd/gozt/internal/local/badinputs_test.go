@@ -26,8 +26,10 @@ import (
 	"golang.org/x/net/http2"
 	xproxy "golang.org/x/net/proxy"
 
+	"github.com/gozt/gozt/certs/certstest"
 	"github.com/gozt/gozt/certs/identity"
 	"github.com/gozt/gozt/hbone"
+	"github.com/gozt/gozt/hbone/hbonetest"
 	"github.com/gozt/gozt/proxy/state"
 )
 
@@ -97,9 +99,9 @@ var badCases = []badCase{
 	{item: "2", name: "no authority", sent: "CONNECT without :authority", run: func(t *testing.T, e *badEnv) string {
 		p := e.peer(t)
 		a0 := e.target.accepts.Load()
-		p.headers(1, false, ":method", "CONNECT")
-		p.wantRST(1, http2.ErrCodeProtocol)
-		e.followUp(p, 3)
+		p.Headers(1, false, ":method", "CONNECT")
+		p.WantRST(1, http2.ErrCodeProtocol)
+		e.followUp(t, p, 3)
 		badNoDial(t, e.target, a0)
 		return "RST_STREAM PROTOCOL_ERROR; no dial; connection serves the next tunnel"
 	}},
@@ -142,10 +144,10 @@ var badCases = []badCase{
 		for i := range 80 {
 			fields = append(fields, fmt.Sprintf("x-h%d", i), strings.Repeat("v", 1000))
 		}
-		p.writeBlock(1, false, p.block(fields...))
-		p.wantStatus(1, "431")
-		p.wantRST(1, http2.ErrCodeNo)
-		e.followUp(p, 3)
+		p.WriteBlock(1, false, p.Block(fields...))
+		p.WantStatus(1, "431")
+		p.WantRST(1, http2.ErrCodeNo)
+		e.followUp(t, p, 3)
 		badNoDial(t, e.target, a0)
 		return "HEADERS :status 431, RST_STREAM NO_ERROR; no dial; connection serves the next tunnel"
 	}},
@@ -157,8 +159,8 @@ var badCases = []badCase{
 	{item: "13", name: "rapid reset", sent: "up to 3000 × (HEADERS CONNECT server:8080 + RST_STREAM CANCEL)", run: caseRapidReset},
 	{item: "14", name: "made you reset", sent: "CONNECT + WINDOW_UPDATE 0 on each stream (up to 2000); DATA flood on reset streams", run: caseMadeYouReset},
 	{item: "15", name: "max concurrent streams", sent: "210 concurrent CONNECTs (limit 200) held open", run: caseMaxStreams},
-	{item: "16", name: "settings flood", sent: "up to 1000 SETTINGS frames", run: badFloodCase(func(p *h2peer) error { return p.fr.WriteSettings() })},
-	{item: "17", name: "ping flood", sent: "up to 1000 PING frames", run: badFloodCase(func(p *h2peer) error { return p.fr.WritePing(false, [8]byte{1}) })},
+	{item: "16", name: "settings flood", sent: "up to 1000 SETTINGS frames", run: badFloodCase(func(p *hbonetest.Peer) error { return p.Framer.WriteSettings() })},
+	{item: "17", name: "ping flood", sent: "up to 1000 PING frames", run: badFloodCase(func(p *hbonetest.Peer) error { return p.Framer.WritePing(false, [8]byte{1}) })},
 	{item: "18", name: "empty frames", sent: "up to 1000 empty DATA on an open tunnel; up to 1000 empty HEADERS (new streams)", run: caseEmptyFrames},
 	{item: "19", name: "window overflow", sent: "WINDOW_UPDATE 2^31−1 on an open stream; on the connection", run: caseWindowOverflow},
 	{item: "20", name: "client never reads", sent: "tunnel to a backend that writes without end, never given window; a second tunnel on the same connection echoes 1 MiB", run: caseNeverReads},
@@ -198,34 +200,34 @@ var badCases = []badCase{
 	}},
 	{item: "29", name: "untrusted root", sent: "client SVID from a CA the mesh does not trust", run: func(t *testing.T, e *badEnv) string {
 		rootDER, rootKey := badMint(t, badCATemplate("other root"), nil, nil)
-		leaf, key := badMint(t, badLeafTemplate(t, clientID.String()), badParseCert(t, rootDER), rootKey)
+		leaf, key := badMint(t, certstest.LeafTemplate(t, clientID.String()), badParseCert(t, rootDER), rootKey)
 		return badTLSCases(t, e,
 			badTLSTry{"untrusted leaf", badClientTLS([][]byte{leaf}, key), false},
 			badTLSTry{"untrusted leaf + its root", badClientTLS([][]byte{leaf, rootDER}, key), false})
 	}},
 	{item: "30", name: "validity", sent: "client SVID expired 1 h ago; valid from 1 h ahead", run: func(t *testing.T, e *badEnv) string {
 		now := time.Now()
-		exp := badLeafTemplate(t, clientID.String())
+		exp := certstest.LeafTemplate(t, clientID.String())
 		exp.NotBefore, exp.NotAfter = now.Add(-2*time.Hour), now.Add(-time.Hour)
-		fut := badLeafTemplate(t, clientID.String())
+		fut := certstest.LeafTemplate(t, clientID.String())
 		fut.NotBefore, fut.NotAfter = now.Add(time.Hour), now.Add(2*time.Hour)
 		return badTLSCases(t, e, e.meshLeaf(t, "expired", exp, false), e.meshLeaf(t, "not yet valid", fut, false))
 	}},
 	{item: "31", name: "trust domain", sent: "client SVID spiffe://evil.local/ns/demo/sa/client from the mesh CA", run: func(t *testing.T, e *badEnv) string {
-		return badTLSCases(t, e, e.meshLeaf(t, "wrong trust domain", badLeafTemplate(t, "spiffe://evil.local/ns/demo/sa/client"), false))
+		return badTLSCases(t, e, e.meshLeaf(t, "wrong trust domain", certstest.LeafTemplate(t, "spiffe://evil.local/ns/demo/sa/client"), false))
 	}},
 	{item: "32", name: "spiffe sans", sent: "no URI SAN; two URI SANs; https:// URI; spiffe://td/ns/demo; extra segment; percent-encoding; upper-case trust domain", run: func(t *testing.T, e *badEnv) string {
-		noURI := badLeafTemplate(t)
+		noURI := certstest.LeafTemplate(t)
 		noURI.DNSNames = []string{"client.demo.svc"}
 		return badTLSCases(t, e,
-			e.meshLeaf(t, "well-formed (control)", badLeafTemplate(t, clientID.String()), true),
+			e.meshLeaf(t, "well-formed (control)", certstest.LeafTemplate(t, clientID.String()), true),
 			e.meshLeaf(t, "no URI SAN", noURI, false),
-			e.meshLeaf(t, "two URI SANs", badLeafTemplate(t, clientID.String(), "spiffe://cluster.local/ns/demo/sa/other"), false),
-			e.meshLeaf(t, "non-SPIFFE URI", badLeafTemplate(t, "https://cluster.local/ns/demo/sa/client"), false),
-			e.meshLeaf(t, "no service account", badLeafTemplate(t, "spiffe://cluster.local/ns/demo"), false),
-			e.meshLeaf(t, "extra segment", badLeafTemplate(t, clientID.String()+"/extra"), false),
-			e.meshLeaf(t, "percent-encoded", badLeafTemplate(t, "spiffe://cluster.local/ns/demo/sa/cli%65nt"), false),
-			e.meshLeaf(t, "upper-case trust domain", badLeafTemplate(t, "spiffe://Cluster.local/ns/demo/sa/client"), false),
+			e.meshLeaf(t, "two URI SANs", certstest.LeafTemplate(t, clientID.String(), "spiffe://cluster.local/ns/demo/sa/other"), false),
+			e.meshLeaf(t, "non-SPIFFE URI", certstest.LeafTemplate(t, "https://cluster.local/ns/demo/sa/client"), false),
+			e.meshLeaf(t, "no service account", certstest.LeafTemplate(t, "spiffe://cluster.local/ns/demo"), false),
+			e.meshLeaf(t, "extra segment", certstest.LeafTemplate(t, clientID.String()+"/extra"), false),
+			e.meshLeaf(t, "percent-encoded", certstest.LeafTemplate(t, "spiffe://cluster.local/ns/demo/sa/cli%65nt"), false),
+			e.meshLeaf(t, "upper-case trust domain", certstest.LeafTemplate(t, "spiffe://Cluster.local/ns/demo/sa/client"), false),
 		)
 	}},
 	{item: "33", name: "nul in san", sent: "URI SAN spiffe://…/sa/client\\x00x, alone and beside a valid one; otherName SAN with NUL only", run: caseNULSAN},
@@ -271,11 +273,11 @@ func badStatusCases(t *testing.T, e *badEnv, s *badSink, status string, authorit
 	a0 := s.accepts.Load()
 	id := uint32(1)
 	for _, a := range authorities {
-		p.connect(id, a)
-		p.wantStatus(id, status)
+		p.Connect(id, a)
+		p.WantStatus(id, status)
 		id += 2
 	}
-	e.followUp(p, id)
+	e.followUp(t, p, id)
 	badNoDial(t, s, a0)
 	return fmt.Sprintf(":status %s for each (%d); no dial; connection serves the next tunnel", status, len(authorities))
 }
@@ -288,11 +290,11 @@ func badResetCases(t *testing.T, e *badEnv, code http2.ErrCode, lists ...[]strin
 	a0 := e.target.accepts.Load()
 	id := uint32(1)
 	for _, fields := range lists {
-		p.headers(id, false, fields...)
-		p.wantRST(id, code)
+		p.Headers(id, false, fields...)
+		p.WantRST(id, code)
 		id += 2
 	}
-	e.followUp(p, id)
+	e.followUp(t, p, id)
 	badNoDial(t, e.target, a0)
 	return fmt.Sprintf("RST_STREAM %v for each (%d); no dial; connection serves the next tunnel", code, len(lists))
 }
@@ -301,14 +303,14 @@ func caseNonConnect(t *testing.T, e *badEnv) string {
 	p := e.peer(t)
 	a0 := e.target.accepts.Load()
 	a := e.server(badTargetPort)
-	p.headers(1, true, ":method", "GET", ":scheme", "https", ":path", "/", ":authority", a)
-	if f := p.wantStatus(1, "400"); !f.flags.Has(http2.FlagHeadersEndStream) {
+	p.Headers(1, true, ":method", "GET", ":scheme", "https", ":path", "/", ":authority", a)
+	if f := p.WantStatus(1, "400"); !f.Flags.Has(http2.FlagHeadersEndStream) {
 		t.Errorf("400 without END_STREAM")
 	}
-	p.headers(3, false, ":method", "POST", ":scheme", "https", ":path", "/", ":authority", a)
-	p.must(p.fr.WriteData(3, true, []byte("body")))
-	p.wantStatus(3, "400")
-	e.followUp(p, 5)
+	p.Headers(3, false, ":method", "POST", ":scheme", "https", ":path", "/", ":authority", a)
+	p.Must(p.Framer.WriteData(3, true, []byte("body")))
+	p.WantStatus(3, "400")
+	e.followUp(t, p, 5)
 	badNoDial(t, e.target, a0)
 	return "HEADERS :status 400 + END_STREAM for each; no dial; connection serves the next tunnel"
 }
@@ -329,19 +331,19 @@ func caseLoop(t *testing.T, e *badEnv) string {
 func caseHostnames(t *testing.T, e *badEnv) string {
 	p := e.peer(t)
 	a0 := e.target.accepts.Load()
-	p.connect(1, "nosuch.demo.svc.cluster.local:80")
-	p.wantStatus(1, "503")
+	p.Connect(1, "nosuch.demo.svc.cluster.local:80")
+	p.WantStatus(1, "503")
 	// 60 KiB of 63-byte labels: under the 64 KiB header-list cap, over the
 	// 253-byte hostname limit.
 	label := strings.Repeat("a", 63)
 	long := strings.Repeat(label+".", 60<<10/64) + "demo:80"
-	p.connect(3, long)
-	p.wantStatus(3, "400")
+	p.Connect(3, long)
+	p.WantStatus(3, "400")
 	// A 65 400-byte :authority and one more field: over the 64 KiB
 	// header-list cap, each string under it.
-	p.connect(5, strings.Repeat("a", 65400)+":80", "x-pad", strings.Repeat("p", 1000))
-	p.wantStatus(5, "431")
-	e.followUp(p, 7)
+	p.Connect(5, strings.Repeat("a", 65400)+":80", "x-pad", strings.Repeat("p", 1000))
+	p.WantStatus(5, "431")
+	e.followUp(t, p, 7)
 	badNoDial(t, e.target, a0)
 
 	// One string longer than the cap cannot be skipped without decoding
@@ -349,8 +351,8 @@ func caseHostnames(t *testing.T, e *badEnv) string {
 	// Framer does (hpack.ErrStringLength at SetMaxStringLength, the
 	// header-list cap), rather than answering 431.
 	p = e.peer(t)
-	p.connect(1, strings.Repeat("a", 64<<10)+":80")
-	p.wantGoAway(http2.ErrCodeCompression)
+	p.Connect(1, strings.Repeat("a", 64<<10)+":80")
+	p.WantShutdown(http2.ErrCodeCompression)
 	badNoDial(t, e.target, a0)
 	// Inbound resolves hostnames only against the mesh state, never DNS.
 	return "unknown hostname: 503; 60 KiB hostname: 400; 65 400-byte :authority + 1 KiB field: 431; no dial; connection serves the next tunnel; " +
@@ -361,16 +363,16 @@ func caseContinuationFlood(t *testing.T, e *badEnv) string {
 	var out []string
 	for _, fragSize := range []int{0, 1000} {
 		p := e.peer(t)
-		p.must(p.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: p.block(":method", "CONNECT")}))
+		p.Must(p.Framer.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: p.Block(":method", "CONNECT")}))
 		frag := bytes.Repeat([]byte{0x40}, fragSize)
 		wrote := 0
 		for wrote < 100000 {
-			if p.fr.WriteContinuation(1, false, frag) != nil {
+			if p.Framer.WriteContinuation(1, false, frag) != nil {
 				break
 			}
 			wrote++
 		}
-		p.wantGoAway(http2.ErrCodeEnhanceYourCalm)
+		p.WantShutdown(http2.ErrCodeEnhanceYourCalm)
 		if wrote >= 100000 {
 			t.Errorf("fragment %d: server took %d CONTINUATION frames without closing", fragSize, wrote)
 		}
@@ -387,19 +389,19 @@ func caseHPACKBomb(t *testing.T, e *badEnv) string {
 	for range 100 {
 		fields = append(fields, "x-bomb", big)
 	}
-	block := p.block(fields...)
-	p.writeBlock(1, false, block)
-	p.wantStatus(1, "431")
+	block := p.Block(fields...)
+	p.WriteBlock(1, false, block)
+	p.WantStatus(1, "431")
 	crumbs := []string{":method", "CONNECT", ":authority", e.server(badTargetPort)}
 	for range 10000 {
 		crumbs = append(crumbs, "cookie", "a=b")
 	}
-	block2 := p.block(crumbs...)
-	p.writeBlock(3, false, block2)
-	p.wantStatus(3, "431")
+	block2 := p.Block(crumbs...)
+	p.WriteBlock(3, false, block2)
+	p.WantStatus(3, "431")
 	// The server decoded both blocks to the end: the HPACK state is in
 	// step, so the next request (encoded against it) works.
-	e.followUp(p, 5)
+	e.followUp(t, p, 5)
 	badNoDial(t, e.target, a0)
 	return fmt.Sprintf("%d-byte block → 431; %d-byte cookie block → 431; no dial; HPACK state intact (next tunnel works)", len(block), len(block2))
 }
@@ -417,8 +419,8 @@ func caseBadHPACK(t *testing.T, e *badEnv) string {
 		{"table size update 8192", []byte{0x3f, 0xe1, 0x3f, 0x82}},
 	} {
 		p := e.peer(t)
-		p.writeBlock(1, false, tc.block)
-		p.wantGoAway(http2.ErrCodeCompression)
+		p.WriteBlock(1, false, tc.block)
+		p.WantShutdown(http2.ErrCodeCompression)
 		out = append(out, tc.name+": GOAWAY COMPRESSION_ERROR, closed")
 	}
 	return strings.Join(out, "; ")
@@ -426,7 +428,7 @@ func caseBadHPACK(t *testing.T, e *badEnv) string {
 
 // badFlood writes frames with send from its own goroutine until n are written
 // or a write fails; wait waits for it.
-func badFlood(p *h2peer, n int, send func(p *h2peer) error) (wait func() int) {
+func badFlood(p *hbonetest.Peer, n int, send func(p *hbonetest.Peer) error) (wait func() int) {
 	done := make(chan int, 1)
 	go func() {
 		i := 0
@@ -444,15 +446,15 @@ func caseRapidReset(t *testing.T, e *badEnv) string {
 	p := e.peer(t)
 	a0 := e.target.accepts.Load()
 	id := uint32(1)
-	wait := badFlood(p, 3000, func(p *h2peer) error {
-		err := p.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: p.block(":method", "CONNECT", ":authority", e.server(badTargetPort)), EndHeaders: true})
+	wait := badFlood(p, 3000, func(p *hbonetest.Peer) error {
+		err := p.Framer.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: p.Block(":method", "CONNECT", ":authority", e.server(badTargetPort)), EndHeaders: true})
 		if err == nil {
-			err = p.fr.WriteRSTStream(id, http2.ErrCodeCancel)
+			err = p.Framer.WriteRSTStream(id, http2.ErrCodeCancel)
 		}
 		id += 2
 		return err
 	})
-	p.wantGoAway(http2.ErrCodeEnhanceYourCalm)
+	p.WantShutdown(http2.ErrCodeEnhanceYourCalm)
 	sent := wait()
 	dials := e.target.accepts.Load() - a0
 	// The server counts 1000 peer resets per 10 s and serves at most 200
@@ -467,33 +469,33 @@ func caseRapidReset(t *testing.T, e *badEnv) string {
 func caseMadeYouReset(t *testing.T, e *badEnv) string {
 	p := e.peer(t)
 	id := uint32(1)
-	wait := badFlood(p, 2000, func(p *h2peer) error {
-		err := p.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: p.block(":method", "CONNECT", ":authority", e.server(badTargetPort)), EndHeaders: true})
+	wait := badFlood(p, 2000, func(p *hbonetest.Peer) error {
+		err := p.Framer.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: p.Block(":method", "CONNECT", ":authority", e.server(badTargetPort)), EndHeaders: true})
 		if err == nil {
-			err = p.fr.WriteWindowUpdate(id, 0)
+			err = p.Framer.WriteWindowUpdate(id, 0)
 		}
 		id += 2
 		return err
 	})
-	p.wantRST(1, http2.ErrCodeProtocol)
-	p.wantGoAway(http2.ErrCodeEnhanceYourCalm)
+	p.WantRST(1, http2.ErrCodeProtocol)
+	p.WantShutdown(http2.ErrCodeEnhanceYourCalm)
 	n1 := wait()
 
 	// DATA on streams the client reset: each asks for a STREAM_CLOSED.
 	p = e.peer(t)
 	var ids []uint32
 	for id := uint32(1); id < 9; id += 2 {
-		p.connect(id, e.server(badTargetPort))
-		p.wantStatus(id, "200")
-		p.must(p.fr.WriteRSTStream(id, http2.ErrCodeCancel))
+		p.Connect(id, e.server(badTargetPort))
+		p.WantStatus(id, "200")
+		p.Must(p.Framer.WriteRSTStream(id, http2.ErrCodeCancel))
 		ids = append(ids, id)
 	}
 	i := 0
-	wait = badFlood(p, 2000, func(p *h2peer) error {
+	wait = badFlood(p, 2000, func(p *hbonetest.Peer) error {
 		i++
-		return p.fr.WriteData(ids[i%len(ids)], false, []byte{0})
+		return p.Framer.WriteData(ids[i%len(ids)], false, []byte{0})
 	})
-	p.wantGoAway(http2.ErrCodeEnhanceYourCalm)
+	p.WantShutdown(http2.ErrCodeEnhanceYourCalm)
 	n2 := wait()
 	badWaitFor(t, 15*time.Second, "upstream legs closed", func() bool { return e.target.open.Load() == 0 })
 	return fmt.Sprintf("WINDOW_UPDATE 0: RST_STREAM PROTOCOL_ERROR, then GOAWAY ENHANCE_YOUR_CALM after %d streams; DATA on reset streams: GOAWAY ENHANCE_YOUR_CALM after %d frames", n1, n2)
@@ -503,77 +505,77 @@ func caseMaxStreams(t *testing.T, e *badEnv) string {
 	const n, limit = 210, 200
 	p := e.peer(t)
 	for i := range n {
-		p.connect(uint32(2*i+1), e.server(badEchoPort))
+		p.Connect(uint32(2*i+1), e.server(badEchoPort))
 	}
 	ok, refused := 0, 0
 	for ok+refused < n {
-		f := p.want(func(f h2frame) bool {
-			return f.typ == http2.FrameGoAway || f.typ == http2.FrameHeaders || f.typ == http2.FrameRSTStream
+		f := p.Want(func(f hbonetest.Frame) bool {
+			return f.Type == http2.FrameGoAway || f.Type == http2.FrameHeaders || f.Type == http2.FrameRSTStream
 		})
 		switch {
-		case f.typ == http2.FrameHeaders && f.header(":status") == "200" && f.stream <= 2*limit:
+		case f.Type == http2.FrameHeaders && f.Header(":status") == "200" && f.Stream <= 2*limit:
 			ok++
-		case f.typ == http2.FrameRSTStream && f.code == http2.ErrCodeRefusedStream && f.stream > 2*limit:
+		case f.Type == http2.FrameRSTStream && f.Code == http2.ErrCodeRefusedStream && f.Stream > 2*limit:
 			refused++
 		default:
-			t.Fatalf("got %v (code %v, status %q) on stream %d", f.typ, f.code, f.header(":status"), f.stream)
+			t.Fatalf("got %v (code %v, status %q) on stream %d", f.Type, f.Code, f.Header(":status"), f.Stream)
 		}
 	}
 	// The first streams are unaffected: the first and the last still echo.
-	p.echo(1, []byte("first"))
-	p.echo(2*limit-1, []byte("last"))
+	p.Echo(1, []byte("first"))
+	p.Echo(2*limit-1, []byte("last"))
 	return fmt.Sprintf("%d × 200, %d × RST_STREAM REFUSED_STREAM (streams above the limit); first and 200th tunnels still echo", ok, refused)
 }
 
-func badFloodCase(send func(p *h2peer) error) func(t *testing.T, e *badEnv) string {
+func badFloodCase(send func(p *hbonetest.Peer) error) func(t *testing.T, e *badEnv) string {
 	return func(t *testing.T, e *badEnv) string {
 		p := e.peer(t)
 		wait := badFlood(p, 1000, send)
-		p.wantGoAway(http2.ErrCodeEnhanceYourCalm)
+		p.WantShutdown(http2.ErrCodeEnhanceYourCalm)
 		return fmt.Sprintf("GOAWAY ENHANCE_YOUR_CALM, closed (client wrote %d frames)", wait())
 	}
 }
 
 func caseEmptyFrames(t *testing.T, e *badEnv) string {
 	p := e.peer(t)
-	p.connect(1, e.server(badEchoPort))
-	p.wantStatus(1, "200")
-	wait := badFlood(p, 1000, func(p *h2peer) error { return p.fr.WriteData(1, false, nil) })
-	p.wantGoAway(http2.ErrCodeEnhanceYourCalm)
+	p.Connect(1, e.server(badEchoPort))
+	p.WantStatus(1, "200")
+	wait := badFlood(p, 1000, func(p *hbonetest.Peer) error { return p.Framer.WriteData(1, false, nil) })
+	p.WantShutdown(http2.ErrCodeEnhanceYourCalm)
 	n1 := wait()
 
 	p = e.peer(t)
 	id := uint32(1)
-	wait = badFlood(p, 1000, func(p *h2peer) error {
-		err := p.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, EndHeaders: true})
+	wait = badFlood(p, 1000, func(p *hbonetest.Peer) error {
+		err := p.Framer.WriteHeaders(http2.HeadersFrameParam{StreamID: id, EndHeaders: true})
 		id += 2
 		return err
 	})
-	p.wantRST(1, http2.ErrCodeProtocol)
-	p.wantGoAway(http2.ErrCodeEnhanceYourCalm)
+	p.WantRST(1, http2.ErrCodeProtocol)
+	p.WantShutdown(http2.ErrCodeEnhanceYourCalm)
 	n2 := wait()
 	return fmt.Sprintf("empty DATA: GOAWAY ENHANCE_YOUR_CALM after %d frames; empty HEADERS: RST_STREAM PROTOCOL_ERROR each, GOAWAY ENHANCE_YOUR_CALM after %d", n1, n2)
 }
 
 func caseWindowOverflow(t *testing.T, e *badEnv) string {
 	p := e.peer(t)
-	p.connect(1, e.server(badEchoPort))
-	p.wantStatus(1, "200")
-	p.must(p.fr.WriteWindowUpdate(1, 1<<31-1))
-	p.wantRST(1, http2.ErrCodeFlowControl)
-	e.followUp(p, 3)
+	p.Connect(1, e.server(badEchoPort))
+	p.WantStatus(1, "200")
+	p.Must(p.Framer.WriteWindowUpdate(1, 1<<31-1))
+	p.WantRST(1, http2.ErrCodeFlowControl)
+	e.followUp(t, p, 3)
 	p = e.peer(t)
-	p.must(p.fr.WriteWindowUpdate(0, 1<<31-1))
-	p.wantGoAway(http2.ErrCodeFlowControl)
+	p.Must(p.Framer.WriteWindowUpdate(0, 1<<31-1))
+	p.WantShutdown(http2.ErrCodeFlowControl)
 	return "stream: RST_STREAM FLOW_CONTROL_ERROR, connection serves the next tunnel; connection: GOAWAY FLOW_CONTROL_ERROR, closed"
 }
 
 func caseNeverReads(t *testing.T, e *badEnv) string {
 	p := e.peer(t)
-	p.must(p.fr.WriteWindowUpdate(0, 1<<30)) // only the stream window binds
+	p.Must(p.Framer.WriteWindowUpdate(0, 1<<30)) // only the stream window binds
 	f0 := e.fire.bytes.Load()
-	p.connect(1, e.server(badFirePort))
-	p.wantStatus(1, "200")
+	p.Connect(1, e.server(badFirePort))
+	p.WantStatus(1, "200")
 	// The firehose writes until gozt stops reading from it: wait until its
 	// count stops moving, sampled 200 ms apart.
 	var last int64 = -1
@@ -590,15 +592,15 @@ func caseNeverReads(t *testing.T, e *badEnv) string {
 		return stable >= 3
 	})
 	// Meanwhile another tunnel on the same connection flows.
-	p.connect(3, e.server(badEchoPort))
-	p.wantStatus(3, "200")
+	p.Connect(3, e.server(badEchoPort))
+	p.WantStatus(3, "200")
 	msg := make([]byte, 16<<10)
 	for range 64 {
 		rand.Read(msg)
-		p.echo(3, msg)
+		p.Echo(3, msg)
 	}
 	// Stream 1 got no more than its 65 535-byte window.
-	got := p.received(1)
+	got := p.Received(1)
 	if got == 0 || got > 65535 {
 		t.Errorf("stream 1 received %d bytes with a 65535-byte window, want 1..65535", got)
 	}
@@ -666,7 +668,7 @@ func caseSlowloris(t *testing.T, e *badEnv) string {
 		}()
 	}
 	// A legitimate client is served while the 100 hang.
-	e.followUp(e.peer(t), 1)
+	e.followUp(t, e.peer(t), 1)
 	legit := time.Since(start)
 	wg.Wait()
 	close(results)
@@ -682,19 +684,19 @@ func caseSlowloris(t *testing.T, e *badEnv) string {
 
 // badCollectUntilClosed reads frames until the server closes the connection
 // and names the frame types seen.
-func badCollectUntilClosed(t *testing.T, p *h2peer) string {
+func badCollectUntilClosed(t *testing.T, p *hbonetest.Peer) string {
 	t.Helper()
 	var seen []string
 	timeout := time.After(60 * time.Second)
 	for {
 		select {
-		case f, ok := <-p.frames:
+		case f, ok := <-p.Frames():
 			if !ok {
 				return strings.Join(seen, ", ")
 			}
-			s := f.typ.String()
-			if f.typ == http2.FrameGoAway {
-				s += " " + f.code.String()
+			s := f.Type.String()
+			if f.Type == http2.FrameGoAway {
+				s += " " + f.Code.String()
 			}
 			if len(seen) == 0 || seen[len(seen)-1] != s {
 				seen = append(seen, s)
@@ -708,10 +710,10 @@ func badCollectUntilClosed(t *testing.T, p *h2peer) string {
 func caseEarlyData(t *testing.T, e *badEnv) string {
 	p := e.peer(t)
 	a0, b0 := e.denied.accepts.Load(), e.denied.bytes.Load()
-	p.connect(1, e.server(badDeniedPort))
-	p.must(p.fr.WriteData(1, false, []byte("GET /admin HTTP/1.1\r\nHost: x\r\n\r\n")))
-	p.wantStatus(1, "401")
-	e.followUp(p, 3)
+	p.Connect(1, e.server(badDeniedPort))
+	p.Must(p.Framer.WriteData(1, false, []byte("GET /admin HTTP/1.1\r\nHost: x\r\n\r\n")))
+	p.WantStatus(1, "401")
+	e.followUp(t, p, 3)
 	if a, b := e.denied.accepts.Load()-a0, e.denied.bytes.Load()-b0; a != 0 || b != 0 {
 		t.Errorf("denied destination saw %d connections and %d bytes, want 0 and 0", a, b)
 	}
@@ -720,17 +722,17 @@ func caseEarlyData(t *testing.T, e *badEnv) string {
 
 func caseClientGoAway(t *testing.T, e *badEnv) string {
 	p := e.peer(t)
-	p.connect(1, e.server(badEchoPort))
-	p.wantStatus(1, "200")
-	p.echo(1, []byte("before goaway"))
-	p.must(p.fr.WriteGoAway(0, http2.ErrCodeNo, nil))
-	p.echo(1, []byte("after goaway"))
-	p.must(p.fr.WriteData(1, true, nil))
-	f := p.want(func(f h2frame) bool {
-		return f.typ == http2.FrameGoAway || f.stream == 1 && (f.typ == http2.FrameRSTStream || f.flags.Has(http2.FlagDataEndStream))
+	p.Connect(1, e.server(badEchoPort))
+	p.WantStatus(1, "200")
+	p.Echo(1, []byte("before goaway"))
+	p.Must(p.Framer.WriteGoAway(0, http2.ErrCodeNo, nil))
+	p.Echo(1, []byte("after goaway"))
+	p.Must(p.Framer.WriteData(1, true, nil))
+	f := p.Want(func(f hbonetest.Frame) bool {
+		return f.Type == http2.FrameGoAway || f.Stream == 1 && (f.Type == http2.FrameRSTStream || f.Flags.Has(http2.FlagDataEndStream))
 	})
-	if f.typ != http2.FrameData && f.typ != http2.FrameHeaders {
-		t.Fatalf("got %v (code %v) on stream %d, want the tunnel ended with END_STREAM", f.typ, f.code, f.stream)
+	if f.Type != http2.FrameData && f.Type != http2.FrameHeaders {
+		t.Fatalf("got %v (code %v) on stream %d, want the tunnel ended with END_STREAM", f.Type, f.Code, f.Stream)
 	}
 	return "in-flight tunnel kept echoing after the client's GOAWAY and ended cleanly with END_STREAM both ways"
 }
@@ -923,24 +925,24 @@ func caseNotTLS(t *testing.T, e *badEnv) string {
 func caseHostileHeaders(t *testing.T, e *badEnv) string {
 	p := e.peer(t)
 	a0 := e.target.accepts.Load()
-	p.connect(1, e.server(badTargetPort),
+	p.Connect(1, e.server(badTargetPort),
 		"forwarded", "for=1.2.3.4;proto=https, for=\"[2001:db8::1]:80\"",
 		"x-forwarded-for", "5.6.7.8",
 		"baggage", "k8s.namespace.name=evil,,,;;==,k8s.pod.name="+strings.Repeat("x", 4000),
 		"traceparent", "00-zzzz-not-hex-01",
 		"x-forwarded-network", "evil-network",
 	)
-	p.wantStatus(1, "200")
-	p.must(p.fr.WriteData(1, true, []byte("hello")))
+	p.WantStatus(1, "200")
+	p.Must(p.Framer.WriteData(1, true, []byte("hello")))
 	badWaitFor(t, 5*time.Second, "backend dialed", func() bool { return e.target.accepts.Load() > a0 })
 	src := e.target.lastSource()
 	if host, _, _ := net.SplitHostPort(src); host != e.tm.ips.Client {
 		t.Errorf("backend saw source %s, want the HBONE peer %s", src, e.tm.ips.Client)
 	}
 	// Authorization sees the peer, not the headers: still denied.
-	p.connect(3, e.server(badDeniedPort), "forwarded", "for=1.2.3.4", "x-forwarded-for", "1.2.3.4")
-	p.wantStatus(3, "401")
-	e.followUp(p, 5)
+	p.Connect(3, e.server(badDeniedPort), "forwarded", "for=1.2.3.4", "x-forwarded-for", "1.2.3.4")
+	p.WantStatus(3, "401")
+	e.followUp(t, p, 5)
 	host, _, _ := net.SplitHostPort(src)
 	return fmt.Sprintf("200; backend saw source %s, the HBONE peer (not Forwarded/X-Forwarded-For); same headers to the denied port: 401", host)
 }
@@ -957,35 +959,35 @@ func caseRandomFrames(t *testing.T, e *badEnv) string {
 			for j := range payload {
 				payload[j] = byte(r.Uint32())
 			}
-			if p.fr.WriteRawFrame(http2.FrameType(r.IntN(16)), http2.Flags(r.Uint32()), r.Uint32N(8), payload) != nil {
+			if p.Framer.WriteRawFrame(http2.FrameType(r.IntN(16)), http2.Flags(r.Uint32()), r.Uint32N(8), payload) != nil {
 				break
 			}
 			wrote++
 		}
 		outcomes[randomOutcome(t, p)]++
-		p.close()
+		p.Close()
 	}
 	// The process lives on: a new connection is served.
-	e.followUp(e.peer(t), 1)
+	e.followUp(t, e.peer(t), 1)
 	return fmt.Sprintf("%d connections, %d frames written; outcomes %v; a new connection is served", conns, wrote, outcomes)
 }
 
 // randomOutcome pings and reads until the PING is acknowledged ("open") or
 // the server closes the connection ("GOAWAY <code>" or "closed").
-func randomOutcome(t *testing.T, p *h2peer) string {
+func randomOutcome(t *testing.T, p *hbonetest.Peer) string {
 	t.Helper()
-	p.fr.WritePing(false, [8]byte{7}) // fails if the server already closed
+	p.Framer.WritePing(false, [8]byte{7}) // fails if the server already closed
 	outcome := "closed"
 	timeout := time.After(15 * time.Second)
 	for {
 		select {
-		case f, ok := <-p.frames:
+		case f, ok := <-p.Frames():
 			switch {
 			case !ok:
 				return outcome
-			case f.typ == http2.FrameGoAway:
-				outcome = "GOAWAY " + f.code.String()
-			case f.typ == http2.FramePing && f.flags.Has(http2.FlagPingAck) && f.data[0] == 7 && outcome == "closed":
+			case f.Type == http2.FrameGoAway:
+				outcome = "GOAWAY " + f.Code.String()
+			case f.Type == http2.FramePing && f.Flags.Has(http2.FlagPingAck) && f.Data[0] == 7 && outcome == "closed":
 				return "open"
 			}
 		case <-timeout:
@@ -1070,7 +1072,7 @@ func caseNULSAN(t *testing.T, e *badEnv) string {
 		return asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 0, IsCompound: true, Bytes: append(oid, val...)}
 	}
 	with := func(names ...asn1.RawValue) *x509.Certificate {
-		tmpl := badLeafTemplate(t)
+		tmpl := certstest.LeafTemplate(t)
 		tmpl.ExtraExtensions = []pkix.Extension{badSANExtension(t, names...)}
 		return tmpl
 	}
@@ -1086,7 +1088,7 @@ func caseChains(t *testing.T, e *badEnv) string {
 	// An intermediate under the mesh root, and a leaf under it.
 	interDER, interKey := badMint(t, badCATemplate("mesh intermediate"), e.caCert, e.caKey)
 	inter := badParseCert(t, interDER)
-	leaf, leafKey := badMint(t, badLeafTemplate(t, clientID.String()), inter, interKey)
+	leaf, leafKey := badMint(t, certstest.LeafTemplate(t, clientID.String()), inter, interKey)
 
 	// Two intermediates that sign each other, and a leaf under one.
 	keyA, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -1103,7 +1105,7 @@ func caseChains(t *testing.T, e *badEnv) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	loopLeaf, loopKey := badMint(t, badLeafTemplate(t, clientID.String()), badParseCert(t, aDER), keyA)
+	loopLeaf, loopKey := badMint(t, certstest.LeafTemplate(t, clientID.String()), badParseCert(t, aDER), keyA)
 
 	// 50 intermediates deep.
 	parent, parentKey := e.caCert, e.caKey
@@ -1113,7 +1115,7 @@ func caseChains(t *testing.T, e *badEnv) string {
 		deep = append([][]byte{der}, deep...)
 		parent, parentKey = badParseCert(t, der), k
 	}
-	deepLeaf, deepKey := badMint(t, badLeafTemplate(t, clientID.String()), parent, parentKey)
+	deepLeaf, deepKey := badMint(t, certstest.LeafTemplate(t, clientID.String()), parent, parentKey)
 
 	// About 1 MiB: the good chain and 35 padded certificates.
 	huge := [][]byte{leaf, interDER}

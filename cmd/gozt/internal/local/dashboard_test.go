@@ -2,7 +2,6 @@ package local
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -18,7 +17,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"text/template"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
@@ -27,6 +25,7 @@ import (
 	"github.com/prometheus/common/model"
 	xproxy "golang.org/x/net/proxy"
 
+	"github.com/gozt/gozt/internal/syncbuf"
 	"github.com/gozt/gozt/rbac"
 )
 
@@ -153,7 +152,7 @@ func requirePrometheus(t *testing.T) string {
 // promServer is a Prometheus process scraping one target.
 type promServer struct {
 	base string // http://host:port
-	out  *logBuffer
+	out  *syncbuf.Buffer
 }
 
 // startPrometheus runs Prometheus with a temporary config and storage,
@@ -176,7 +175,7 @@ scrape_configs:
 		t.Fatal(err)
 	}
 	addr := freeAddr(t, "127.81.0.1")
-	p := &promServer{base: "http://" + addr, out: &logBuffer{}}
+	p := &promServer{base: "http://" + addr, out: &syncbuf.Buffer{}}
 	cmd := exec.Command(bin,
 		"--config.file="+filepath.Join(dir, "prometheus.yml"),
 		"--storage.tsdb.path="+filepath.Join(dir, "data"),
@@ -340,38 +339,9 @@ func (p *promServer) waitValue(t *testing.T, expr string, want float64) {
 // startDashboardMesh starts baseConfig's mesh on 127.81.<subnet>.x.
 func startDashboardMesh(t *testing.T, subnet int) *testMesh {
 	t.Helper()
-	ips := meshIPs{
-		Client:  fmt.Sprintf("127.81.%d.2", subnet),
-		Server:  fmt.Sprintf("127.81.%d.3", subnet),
-		Server2: fmt.Sprintf("127.81.%d.4", subnet),
-		Plain:   fmt.Sprintf("127.81.%d.9", subnet),
-	}
+	ips := meshIPsIn(81, subnet)
 	vip := fmt.Sprintf("127.81.%d.100", subnet)
-	var buf bytes.Buffer
-	if err := template.Must(template.New("cfg").Parse(baseConfig)).Execute(&buf, struct {
-		meshIPs
-		VIP string
-	}{ips, vip}); err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "mesh.yaml")
-	if err := os.WriteFile(path, buf.Bytes(), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	logs := &logBuffer{}
-	m, err := Start(context.Background(), Options{
-		ConfigPath: path, AdminAddr: "127.0.0.1:0", MetricsAddr: "127.0.0.1:0", ReadinessAddr: "127.0.0.1:0",
-		Logger: testLogger(t, logs),
-	})
-	if err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		m.Shutdown(ctx)
-	})
-	return &testMesh{Mesh: m, ips: ips, vip: vip, logs: logs}
+	return startMeshOn(t, ips, vip, "", Options{})
 }
 
 // TestDashboard: every proxy-side query of Istio's ztunnel dashboard returns
@@ -582,23 +552,11 @@ func scrapeFamilies(t *testing.T, tm *testMesh, accept string) map[string]*dto.M
 
 func scrape(t *testing.T, url, accept string) (string, http.Header) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	var h http.Header
 	if accept != "" {
-		req.Header.Set("Accept", accept)
+		h = http.Header{"Accept": {accept}}
 	}
-	cl := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	resp, err := cl.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp, b := httpGetHeader(t, url, h)
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET %s: %s\n%s", url, resp.Status, b)
 	}

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -70,10 +68,7 @@ func TestDNSBanner(t *testing.T) {
   workloadIps: [` + ip + `]
   protocol: HBONE
 `
-	path := filepath.Join(t.TempDir(), "mesh.yaml")
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	path := writeConfig(t, cfg)
 	var out bytes.Buffer
 	m, err := Start(context.Background(), Options{ConfigPath: path, AdminAddr: "127.0.0.1:0",
 		MetricsAddr: "127.0.0.1:0", ReadinessAddr: "127.0.0.1:0", Out: &out})

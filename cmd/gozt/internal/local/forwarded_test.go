@@ -38,14 +38,7 @@ workloads:` + clientWorkload + `- uid: Kubernetes//Pod/demo/waypoint
   namespace: demo
   serviceAccount: waypoint
   workloadIps: [{{.Waypoint}}]
-  protocol: HBONE
-- uid: Kubernetes//Pod/demo/server
-  name: server
-  namespace: demo
-  serviceAccount: server
-  workloadIps: [{{.Server}}]
-  protocol: HBONE
-  waypoint: {destination: /{{.Waypoint}}, hboneMtlsPort: 15008}
+  protocol: HBONE` + serverWorkload + `  waypoint: {destination: /{{.Waypoint}}, hboneMtlsPort: 15008}
 `
 
 var waypointID = identity.Identity{TrustDomain: "cluster.local", Namespace: "demo", ServiceAccount: "waypoint"}

@@ -14,7 +14,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"text/template"
 	"time"
 
 	"github.com/chromedp/chromedp"
@@ -42,43 +41,13 @@ policies:
 func startLiveMesh(t *testing.T) *testMesh {
 	t.Helper()
 	n := 10 + liveNet.Add(1)
-	ips := meshIPs{
-		Client:  fmt.Sprintf("127.82.%d.2", n),
-		Server:  fmt.Sprintf("127.82.%d.3", n),
-		Server2: fmt.Sprintf("127.82.%d.4", n),
-		Plain:   fmt.Sprintf("127.82.%d.9", n),
-	}
+	ips := meshIPsIn(82, int(n))
 	vip := fmt.Sprintf("127.82.%d.100", n)
-	var buf bytes.Buffer
-	tmpl := template.Must(template.New("cfg").Parse(baseConfig))
-	if err := tmpl.Execute(&buf, struct {
-		meshIPs
-		VIP string
-	}{ips, vip}); err != nil {
-		t.Fatal(err)
-	}
-	buf.WriteString(liveDenyConfig)
-	path := filepath.Join(t.TempDir(), "mesh.yaml")
-	if err := os.WriteFile(path, buf.Bytes(), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	logs := &logBuffer{}
-	m, err := Start(context.Background(), Options{
-		ConfigPath:    path,
+	return startMeshOn(t, ips, vip, liveDenyConfig, Options{
 		AdminAddr:     "127.82.0.1:0",
 		MetricsAddr:   "127.82.0.1:0",
 		ReadinessAddr: "127.82.0.1:0",
-		Logger:        testLogger(t, logs),
 	})
-	if err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		m.Shutdown(ctx)
-	})
-	return &testMesh{Mesh: m, ips: ips, vip: vip, logs: logs}
 }
 
 // chromiumPath finds the headless browser `make test-deps` installs. Without
@@ -214,13 +183,7 @@ func TestLiveViewInBrowser(t *testing.T) {
 	listenBackend(t, tm.ips.Server+":8080", echoHandler)
 	listenBackend(t, tm.ips.Server+":9090", echoHandler)
 
-	denied := tm.socksDial(t, tm.ips.Server+":8080")
-	denied.SetDeadline(time.Now().Add(5 * time.Second))
-	denied.Write([]byte("ping"))
-	if _, err := io.ReadFull(denied, make([]byte, 4)); err == nil {
-		t.Fatal("the DENY policy let client → server:8080 through")
-	}
-	denied.Close()
+	tm.wantSocksDenied(t, tm.ips.Server+":8080")
 
 	long := tm.socksDial(t, tm.ips.Server+":9090")
 	defer long.Close()

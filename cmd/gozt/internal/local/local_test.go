@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -22,6 +23,7 @@ import (
 	"text/template"
 	"time"
 
+	"github.com/gozt/gozt/internal/syncbuf"
 	"go.uber.org/goleak"
 	xproxy "golang.org/x/net/proxy"
 )
@@ -39,7 +41,13 @@ type meshIPs struct {
 var nextNet atomic.Int32
 
 func newIPs() meshIPs {
-	ip := subnet(77, 100, &nextNet)
+	return meshIPsIn(77, int(100+nextNet.Add(1)))
+}
+
+// meshIPsIn returns the addresses of a mesh in 127.second.third.0/24: the
+// client at .2, the servers at .3 and .4, the plain host at .9.
+func meshIPsIn(second, third int) meshIPs {
+	ip := func(host int) string { return fmt.Sprintf("127.%d.%d.%d", second, third, host) }
 	return meshIPs{Client: ip(2), Server: ip(3), Server2: ip(4), Plain: ip(9)}
 }
 
@@ -60,17 +68,20 @@ const clientWorkload = `
   protocol: HBONE
 `
 
-// baseConfig is a mesh like the demo: client and server speaking HBONE, a
-// service VIP in front of the server(s).
-const baseConfig = `
-workloads:` + clientWorkload + `  canonicalName: client
+// serverWorkload is the server workload of the test meshes, at .Server.
+const serverWorkload = `
 - uid: Kubernetes//Pod/demo/server
   name: server
   namespace: demo
   serviceAccount: server
   workloadIps: [{{.Server}}]
   protocol: HBONE
-  canonicalName: echo
+`
+
+// baseConfig is a mesh like the demo: client and server speaking HBONE, a
+// service VIP in front of the server(s).
+const baseConfig = `
+workloads:` + clientWorkload + `  canonicalName: client` + serverWorkload + `  canonicalName: echo
   capacity: 1
   services:
     demo/echo.demo.svc.cluster.local:
@@ -99,25 +110,7 @@ type testMesh struct {
 	*Mesh
 	ips  meshIPs
 	vip  string
-	logs *logBuffer
-}
-
-// logBuffer keeps every log line of a test mesh.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
+	logs *syncbuf.Buffer // every log line of the mesh
 }
 
 // waitLog waits up to 5s for a log line containing s.
@@ -142,31 +135,35 @@ func startMeshWith(t testing.TB, extra string) *testMesh {
 	t.Helper()
 	ips := newIPs()
 	vip := strings.Replace(ips.Client, "127.77.", "127.78.", 1)
+	return startMeshOn(t, ips, vip, extra, Options{})
+}
+
+// startMeshOn starts the base mesh, with extra YAML appended to its config,
+// on ips with vip as the service's VIP; opts are as for startConfig.
+func startMeshOn(t testing.TB, ips meshIPs, vip, extra string, opts Options) *testMesh {
+	t.Helper()
 	data := struct {
 		meshIPs
 		VIP string
 	}{ips, vip}
-	m, logs := startConfig(t, baseConfig+extra, data, Options{})
+	m, logs := startConfig(t, baseConfig+extra, data, opts)
 	return &testMesh{Mesh: m, ips: ips, vip: vip, logs: logs}
 }
 
 // startConfig renders the config template tmpl with data into a file and
 // starts a mesh on it with opts (side ports on 127.0.0.1 unless opts names
 // them, logs into the returned buffer), shut down at the test's end.
-func startConfig(t testing.TB, tmpl string, data any, opts Options) (*Mesh, *logBuffer) {
+func startConfig(t testing.TB, tmpl string, data any, opts Options) (*Mesh, *syncbuf.Buffer) {
 	t.Helper()
 	var buf bytes.Buffer
 	if err := template.Must(template.New("cfg").Parse(tmpl)).Execute(&buf, data); err != nil {
 		t.Fatal(err)
 	}
-	opts.ConfigPath = filepath.Join(t.TempDir(), "mesh.yaml")
-	if err := os.WriteFile(opts.ConfigPath, buf.Bytes(), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	opts.ConfigPath = writeConfig(t, buf.String())
 	opts.AdminAddr = orDefault(opts.AdminAddr, "127.0.0.1:0")
 	opts.MetricsAddr = orDefault(opts.MetricsAddr, "127.0.0.1:0")
 	opts.ReadinessAddr = orDefault(opts.ReadinessAddr, "127.0.0.1:0")
-	logs := &logBuffer{}
+	logs := &syncbuf.Buffer{}
 	opts.Logger = testLogger(t, logs)
 	m, err := Start(context.Background(), opts)
 	if err != nil {
@@ -180,9 +177,20 @@ func startConfig(t testing.TB, tmpl string, data any, opts Options) (*Mesh, *log
 	return m, logs
 }
 
+// writeConfig writes cfg to mesh.yaml in a new temporary directory and
+// returns its path.
+func writeConfig(t testing.TB, cfg string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "mesh.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 // testLogger records logs at info level into logs, and through t when
 // GOZT_TEST_DEBUG is set.
-func testLogger(t testing.TB, logs *logBuffer) *slog.Logger {
+func testLogger(t testing.TB, logs *syncbuf.Buffer) *slog.Logger {
 	var w io.Writer = logs
 	level := slog.LevelInfo
 	if os.Getenv("GOZT_TEST_DEBUG") != "" {
@@ -212,6 +220,20 @@ func (tm *testMesh) socksDial(t testing.TB, target string) net.Conn {
 		t.Fatalf("socks5 dial %s: %v", target, err)
 	}
 	return c
+}
+
+// wantSocksDenied connects through SOCKS5 to target, an echo server, and
+// fails unless the connection ends before its "ping" comes back: a policy
+// denied it.
+func (tm *testMesh) wantSocksDenied(t testing.TB, target string) {
+	t.Helper()
+	c := tm.socksDial(t, target)
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	c.Write([]byte("ping"))
+	if n, err := io.ReadFull(c, make([]byte, 4)); err == nil {
+		t.Fatalf("a denied connection to %s was carried: it echoed %d bytes", target, n)
+	}
 }
 
 // backend is a TCP server that records the source address of each accepted
@@ -632,8 +654,21 @@ func metricValue(metrics, name string, labels ...string) float64 {
 
 func httpGet(t *testing.T, url string) string {
 	t.Helper()
+	_, b := httpGetHeader(t, url, nil)
+	return string(b)
+}
+
+// httpGetHeader GETs url with the request header h (or none) on a client
+// that keeps no connection open, and returns the response and its body.
+func httpGetHeader(t testing.TB, url string, h http.Header) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	maps.Copy(req.Header, h)
 	cl := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	resp, err := cl.Get(url)
+	resp, err := cl.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -642,7 +677,7 @@ func httpGet(t *testing.T, url string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return string(b)
+	return resp, b
 }
 
 // TestQuitQuitQuit: POST only; POST signals shutdown.

@@ -13,12 +13,7 @@ import (
 // 127.95.n+1.0/24).
 func startParkMesh(t *testing.T, n int) *testMesh {
 	t.Helper()
-	ips := meshIPs{
-		Client:  fmt.Sprintf("127.95.%d.2", n),
-		Server:  fmt.Sprintf("127.95.%d.3", n),
-		Server2: fmt.Sprintf("127.95.%d.4", n),
-		Plain:   fmt.Sprintf("127.95.%d.9", n),
-	}
+	ips := meshIPsIn(95, n)
 	vip := strings.Replace(ips.Client, fmt.Sprintf(".%d.", n), fmt.Sprintf(".%d.", n+1), 1)
 	data := struct {
 		meshIPs

@@ -3,8 +3,6 @@ package local
 import (
 	"context"
 	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -23,10 +21,7 @@ func TestStartFailuresLeaveNothing(t *testing.T) {
   workloadIps: [` + ip + `]
   protocol: HBONE
 `
-	path := filepath.Join(t.TempDir(), "mesh.yaml")
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	path := writeConfig(t, cfg)
 	taken, err := net.Listen("tcp", ip+":15008")
 	if err != nil {
 		t.Fatal(err)
