@@ -96,21 +96,28 @@ func TestPolicyChangeClosesLiveConnection(t *testing.T) {
 	waitLog(t, tm, "policy change")
 }
 
-// TestPolicyFromConfigFile: a DENY in the local config file denies
-// client → server:8080 (401 on the tunnel, the client's connection closes,
-// response flag DENY, the access log names the policy) while port 9090 stays
-// open; removing the policy lets the next connection through.
-func TestPolicyFromConfigFile(t *testing.T) {
-	tm := startMeshWith(t, `
+// denyClient8080Config is a local config file whose one policy,
+// demo/deny-client-8080, denies the client's identity on port 8080 of
+// namespace demo: rulesBefore (YAML rule lines) and then that rule.
+func denyClient8080Config(rulesBefore ...string) string {
+	return `
 policies:
 - name: deny-client-8080
   namespace: demo
   scope: Namespace
   action: Deny
   rules:
-  - - - principals: [{Exact: cluster.local/ns/demo/sa/client}]
+` + strings.Join(rulesBefore, "") + `  - - - principals: [{Exact: cluster.local/ns/demo/sa/client}]
     - - destinationPorts: [8080]
-`)
+`
+}
+
+// TestPolicyFromConfigFile: a DENY in the local config file denies
+// client → server:8080 (401 on the tunnel, the client's connection closes,
+// response flag DENY, the access log names the policy) while port 9090 stays
+// open; removing the policy lets the next connection through.
+func TestPolicyFromConfigFile(t *testing.T) {
+	tm := startMeshWith(t, denyClient8080Config())
 	b := listenBackend(t, tm.ips.Server+":8080", echoHandler)
 	listenBackend(t, tm.ips.Server+":9090", echoHandler)
 

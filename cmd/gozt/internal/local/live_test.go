@@ -24,17 +24,7 @@ var liveNet atomic.Int32
 
 // liveDenyConfig denies the client's identity on port 8080 of namespace
 // demo, in the second rule of the policy (so the page must show rule 1).
-const liveDenyConfig = `
-policies:
-- name: deny-client-8080
-  namespace: demo
-  scope: Namespace
-  action: Deny
-  rules:
-  - - - destinationPorts: [7]
-  - - - principals: [{Exact: cluster.local/ns/demo/sa/client}]
-    - - destinationPorts: [8080]
-`
+var liveDenyConfig = denyClient8080Config("  - - - destinationPorts: [7]\n")
 
 // startLiveMesh starts the base mesh with the DENY policy on loopback
 // addresses of its own in 127.82.0.0/16.
