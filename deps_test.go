@@ -146,6 +146,8 @@ var binaryBadDeps = map[string]string{
 	module + "/internal/dnstest":          "a test helper",
 	module + "/hbone/hbonetest":           "a test helper",
 	module + "/certs/certstest":           "a test helper",
+	module + "/internal/nstest":           "a test helper",
+	module + "/internal/jsonshape":        "a test helper",
 }
 
 // TestBinaryDeps checks that cmd/gozt's dependencies never include testing
