@@ -5,8 +5,10 @@ import (
 	"os"
 	"strconv"
 	"testing"
+	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
 )
@@ -26,27 +28,41 @@ func threadNice() int {
 	return n
 }
 
-// niceCodec records the nice value of the thread it unmarshals on.
+// threadSlice returns the time slice the kernel reports for the calling
+// thread, or 0 where it reports none (before Linux 6.12).
+func threadSlice() time.Duration {
+	attr, err := unix.SchedGetAttr(0, 0)
+	if err != nil {
+		return 0
+	}
+	return time.Duration(attr.Runtime)
+}
+
+// niceCodec records the nice value and time slice of the thread it
+// unmarshals on.
 type niceCodec struct {
 	encoding.CodecV2
-	nice *int
+	nice  *int
+	slice *time.Duration
 }
 
 func (nc niceCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	*nc.nice = threadNice()
+	*nc.nice, *nc.slice = threadNice(), threadSlice()
 	return nc.CodecV2.Unmarshal(data, v)
 }
 
 // TestLargeUnmarshalRunsAtLowPriority: a push large enough to relax the
-// collector is unmarshalled on a thread at nice 19, like its decoding and
-// applying, and a small response on the caller's own thread, whose
-// priority is untouched.
+// collector is unmarshalled on a thread at nice 19 with the shortest time
+// slice (where the kernel has slices), like its decoding and applying, and
+// a small response on the caller's own thread, whose priority is
+// untouched.
 func TestLargeUnmarshalRunsAtLowPriority(t *testing.T) {
 	withGCPercent100(t)
-	own := threadNice()
+	own, ownSlice := threadNice(), threadSlice()
 	pc := newPushCodec()
 	var nice int
-	pc.proto = niceCodec{pc.proto, &nice}
+	var slice time.Duration
+	pc.proto = niceCodec{pc.proto, &nice, &slice}
 
 	if err := pc.Unmarshal(wireOf(t, &discoveryv3.DeltaDiscoveryResponse{Nonce: "small"}), new(discoveryv3.DeltaDiscoveryResponse)); err != nil {
 		t.Fatal(err)
@@ -61,6 +77,9 @@ func TestLargeUnmarshalRunsAtLowPriority(t *testing.T) {
 	pc.take(got).end()
 	if nice != lowPriorityNice {
 		t.Errorf("large response unmarshalled at nice %d, want %d", nice, lowPriorityNice)
+	}
+	if ownSlice != 0 && slice != lowSlice {
+		t.Errorf("large response unmarshalled with a %v slice, want %v (the caller's is %v)", slice, lowSlice, ownSlice)
 	}
 	if n := threadNice(); n != own {
 		t.Errorf("caller's thread at nice %d after a large unmarshal, want %d", n, own)
