@@ -8,10 +8,10 @@ import (
 )
 
 // lowPriorityNice is the nice value of the thread that decodes and applies
-// a push: the lowest, so that on a busy node the kernel runs data-path
-// threads first (a 100,000-workload push is about a second of CPU). A small
-// push (a policy change) still takes microseconds; only large pushes wait
-// when the node is saturated. Measured with gozt bench --quick --scenario
+// a large push (lowPriorityMin resources or more; its unmarshal too, from
+// relaxGCMinBytes): the lowest, so that on a busy node the kernel runs
+// data-path threads first (a 100,000-workload push is about a second of
+// CPU). A small push (a policy change) runs at normal priority. Measured with gozt bench --quick --scenario
 // xds-push, three interleaved runs each: longest stall of a live connection
 // 33–43 ms at normal priority, 24–27 ms with this.
 const lowPriorityNice = 19

@@ -85,3 +85,20 @@ func TestLargeUnmarshalRunsAtLowPriority(t *testing.T) {
 		t.Errorf("caller's thread at nice %d after a large unmarshal, want %d", n, own)
 	}
 }
+
+// TestSmallResponsesApplyAtNormalPriority: a response below lowPriorityMin
+// resources (a policy change) is decoded and applied at the caller's
+// priority, a larger one on a thread at nice 19.
+func TestSmallResponsesApplyAtNormalPriority(t *testing.T) {
+	own := threadNice()
+	for _, tc := range []struct {
+		n    int
+		want int
+	}{{1, own}, {lowPriorityMin - 1, own}, {lowPriorityMin, lowPriorityNice}} {
+		got := -100
+		runAtPriority(tc.n, func() { got = threadNice() })
+		if got != tc.want {
+			t.Errorf("response of %d resources applied at nice %d, want %d", tc.n, got, tc.want)
+		}
+	}
+}
