@@ -204,7 +204,9 @@ func roleCommand(ctx context.Context, r role, line string) (string, error) {
 		}
 		return "", writeHeapProfile(f[1])
 	case "stats":
-		m := map[string]any{"goroutines": runtime.NumGoroutine()}
+		gc := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}}
+		metrics.Read(gc)
+		m := map[string]any{"goroutines": runtime.NumGoroutine(), "gc_cycles": gc[0].Value.Uint64()}
 		r.stats(m)
 		b, err := json.Marshal(m)
 		return string(b), err

@@ -39,7 +39,8 @@ func threadNice(t *testing.T, pid int) map[int]int {
 // TestXDSRoleStandsOffTheNode: with --low-priority every thread of the fake
 // istiod runs at nice 19, the ones the runtime starts after a push of
 // 20,000 workloads too; a push that was prepared says so, and one that was
-// not (another size) is built in the push and says that.
+// not (another size) is built in the push and says that; stats counts the
+// process's garbage collections.
 func TestXDSRoleStandsOffTheNode(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a child process")
@@ -77,6 +78,18 @@ func TestXDSRoleStandsOffTheNode(t *testing.T) {
 	}
 	if res := push("push 10 b"); res.Prepared {
 		t.Errorf("second push of a prepared size: %+v, want the preparation used once", res)
+	}
+	// Every role counts its collections in stats, as the push scenario
+	// reads them.
+	gc0, err := gcCycles(ctx, x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := x.call(ctx, "gc"); err != nil {
+		t.Fatal(err)
+	}
+	if gc1, err := gcCycles(ctx, x); err != nil || gc1 <= gc0 {
+		t.Errorf("collections %d before a gc command, %d after (%v); want more", gc0, gc1, err)
 	}
 	for tid, n := range threadNice(t, x.pid()) {
 		if n != 19 {

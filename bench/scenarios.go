@@ -439,6 +439,22 @@ func goroutines(ctx context.Context, cs ...*child) ([]int, error) {
 
 // rssAfterGC collects garbage in each process, returns it to the OS, and
 // reads the resident set sizes.
+// gcCycles returns the garbage collections the processes cs have
+// completed so far, summed.
+func gcCycles(ctx context.Context, cs ...*child) (uint64, error) {
+	var sum uint64
+	for _, c := range cs {
+		var st struct {
+			GCCycles uint64 `json:"gc_cycles"`
+		}
+		if err := c.callJSON(ctx, "stats", &st); err != nil {
+			return 0, err
+		}
+		sum += st.GCCycles
+	}
+	return sum, nil
+}
+
 func rssAfterGC(ctx context.Context, cs ...*child) []int64 {
 	out := make([]int64, len(cs))
 	for i, c := range cs {
@@ -576,6 +592,7 @@ func runXDSPush(ctx context.Context, e *env) ([]Result, error) {
 		row(t, "apply time, push to last ACK ("+w+", 2 proxies)", s.median("push", "apply"), "s", n),
 		row(t, "wire bytes per workload", s.median("push", "wire"), "B", n),
 		row(t, "memory per workload per proxy", s.median("push", "mem"), "B", n),
+		row(t, "garbage collections per proxy from the push to its last ACK", s.median("push", "gcs"), "GCs", n),
 		row(t, "longest stall of a live connection", s.median("push", "stall"), "ms", n).
 			vs("same connection, no push", s.median("push", "calm")).goal(Target{OnValue: true, Max: true, Bound: 5}).
 			note("1-byte round trip every 1 ms"),
@@ -598,12 +615,20 @@ func (e *env) push(x, out, in *child, p *probe) variant {
 			return nil, err
 		}
 		rss0 := rssAfterGC(ctx, out, in)
+		gc0, err := gcCycles(ctx, out, in)
+		if err != nil {
+			return nil, err
+		}
 		p.reset()
 		var res pushResult
 		if err := x.callJSON(ctx, fmt.Sprintf("push %d %s", n, tag), &res); err != nil {
 			return nil, err
 		}
 		stall, _ := p.reset()
+		gc1, err := gcCycles(ctx, out, in)
+		if err != nil {
+			return nil, err
+		}
 		if !res.Prepared {
 			return nil, errors.New("xds role built the push inside the measured window")
 		}
@@ -628,6 +653,7 @@ func (e *env) push(x, out, in *child, p *probe) variant {
 			"wire":  float64(res.WireBytes) / float64(n),
 			"mem":   float64(rss1[0]-rss0[0]+rss1[1]-rss0[1]) / 2 / float64(n),
 			"stall": float64(stall) / float64(time.Millisecond),
+			"gcs":   float64(gc1-gc0) / 2,
 			"calm":  float64(calm) / float64(time.Millisecond),
 		}, nil
 	}}
