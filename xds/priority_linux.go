@@ -50,12 +50,8 @@ const lowSlice = 100 * time.Microsecond
 // slice lowSlice. Lowering one's own priority needs no privilege; if it
 // fails the push is simply applied at normal priority.
 func lowerThreadPriority() {
-	attr := unix.SchedAttr{Policy: schedOther, Nice: lowPriorityNice, Runtime: uint64(lowSlice)}
+	attr := unix.SchedAttr{Policy: unix.SCHED_NORMAL, Nice: lowPriorityNice, Runtime: uint64(lowSlice)}
 	if unix.SchedSetAttr(0, &attr, 0) != nil {
 		_ = unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), lowPriorityNice)
 	}
 }
-
-// schedOther is SCHED_OTHER, Linux's normal scheduling policy (x/sys/unix
-// does not name it).
-const schedOther = 0
