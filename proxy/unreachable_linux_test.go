@@ -15,6 +15,7 @@ import (
 
 	"github.com/gozt/gozt/hbone"
 	"github.com/gozt/gozt/internal/nstest"
+	"github.com/gozt/gozt/internal/tcptest"
 	"github.com/gozt/gozt/proxy/sockopt"
 )
 
@@ -42,18 +43,9 @@ func TestDestinationUnreachable(t *testing.T) {
 	if err := inNetns(func() (err error) { echoLn, err = net.Listen("tcp", ip+":8080"); return err }); err != nil {
 		t.Fatal(err)
 	}
-	echoDone := make(chan struct{})
-	go func() {
-		defer close(echoDone)
-		for {
-			c, err := echoLn.Accept()
-			if err != nil {
-				return
-			}
-			go func() { defer c.Close(); io.Copy(c, c) }()
-		}
-	}()
-	defer func() { echoLn.Close(); <-echoDone }()
+	// Its cleanup runs after the proxy's (started below), which closes the
+	// upstream connections the echo handlers wait on.
+	tcptest.Serve(t, echoLn, func(c net.Conn) { io.Copy(c, c) })
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
