@@ -72,6 +72,8 @@ type inboundRequest struct {
 	srcPrincipal string          // srcID as a SPIFFE id, built once per TLS connection
 	l3dst        netip.AddrPort  // where the HBONE connection landed
 	snap         *state.Snapshot // the snapshot the decision used
+	header       http.Header     // the request's fields (ServerStream.Header builds a map per call)
+	viaGateway   bool            // x-forwarded-network names another network (fromGateway)
 	forwardedHdr []string        // the request's Forwarded field values
 }
 
@@ -123,16 +125,16 @@ func (p *Proxy) acceptConnect(s *hbone.ServerStream) (net.Conn, *connRecord, fun
 		labels.setDestination(req.local)
 	}
 	// The request's baggage describes the source when it cannot be looked
-	// up (behind a gateway, or unknown here); a known source replaces it.
-	if p.cfg.NoResponseBaggage {
-		labels.srcPrincipal = req.srcPrincipal
-	} else {
-		labels.setDerivedSource(parseBaggage(s.Header().Values(headerBaggage)), req.srcPrincipal)
+	// up (behind a gateway, or unknown here).
+	labels.srcPrincipal = req.srcPrincipal
+	var src *state.Workload
+	if !req.viaGateway {
+		src = snap.WorkloadByIP(p.cfg.Network, req.src.Addr())
 	}
-	if !fromGateway(s.Header().Values(headerForwardedNetwork), p.cfg.Network) {
-		if src := snap.WorkloadByIP(p.cfg.Network, req.src.Addr()); src != nil {
-			labels.setSource(src)
-		}
+	if src != nil {
+		labels.setSource(src)
+	} else if !p.cfg.NoResponseBaggage {
+		labels.setDerivedSource(parseBaggage(req.header.Values(headerBaggage)), req.srcPrincipal)
 	}
 	if req.service == nil && req.local != nil {
 		var first string
@@ -199,15 +201,15 @@ func fromGateway(values []string, local string) bool {
 // checks got, for logging.
 func (p *Proxy) checkConnect(s *hbone.ServerStream) (inboundRequest, *inboundError) {
 	conn := s.Conn()
-	req := inboundRequest{src: addrPortOf(conn.RemoteAddr()), l3dst: addrPortOf(conn.LocalAddr())}
+	req := inboundRequest{src: addrPortOf(conn.RemoteAddr()), l3dst: addrPortOf(conn.LocalAddr()), header: s.Header()}
+	req.viaGateway = fromGateway(req.header.Values(headerForwardedNetwork), p.cfg.Network)
 	// The fetching happens here, so that the decision stays pure.
-	req.snap = p.fetchInbound(p.cfg.Store.Snapshot(), req.src, req.l3dst, s.Authority(),
-		fromGateway(s.Header().Values(headerForwardedNetwork), p.cfg.Network))
+	req.snap = p.fetchInbound(p.cfg.Store.Snapshot(), req.src, req.l3dst, s.Authority(), req.viaGateway)
 	if v, ok := p.peers.Load(conn); ok { // always: handleInbound stored it
 		pr := v.(*peer)
 		req.srcID, req.srcPrincipal = pr.id, pr.principal
 	}
-	req.forwardedHdr = s.Header().Values(headerForwarded)
+	req.forwardedHdr = req.header.Values(headerForwarded)
 	var fwd netip.Addr
 	if !p.cfg.IgnoreForwarded {
 		fwd = forwardedFor(req.forwardedHdr)

@@ -427,8 +427,8 @@ func durationMillis(d time.Duration) string {
 }
 
 // setDerivedSource sets the source labels from the request's baggage, with
-// principal the peer certificate's (ztunnel's with_derived_source). It comes
-// before setSource, which replaces them when the source is known. As in
+// principal the peer certificate's (ztunnel's with_derived_source), for a
+// source that cannot be looked up (setSource is used when it can). As in
 // ztunnel, source_app is the baggage's workload name, not its service.
 func (l *trafficLabels) setDerivedSource(d derivedWorkload, principal string) {
 	l.srcWorkload = d.workloadName
