@@ -60,16 +60,19 @@ type AdmissionConfig struct {
 	// Go runtime's (GOMEMLIMIT) and the cgroup's. Zero or negative turns
 	// memory admission off.
 	MemoryLimit int64
-	// HighWater and LowWater are the fractions of MemoryLimit above which
-	// new connections are refused and below which they are accepted
-	// again; if zero 0.85 and 0.75.
-	HighWater, LowWater float64
 	// Interval is how often the memory is sampled; if zero 100ms.
 	Interval time.Duration
 	// Logger receives the state changes and the rate-limited shedding
 	// lines; if nil they are discarded.
 	Logger *slog.Logger
 }
+
+// highWater and lowWater are the fractions of the memory limit above which
+// new connections are refused and below which they are accepted again.
+const (
+	highWater = 0.85
+	lowWater  = 0.75
+)
 
 // fdReadyHold is how long readiness stays failed after the accept loops
 // last shed for lack of file descriptors. Readiness turns only on a
@@ -96,20 +99,6 @@ func NewAdmission(cfg AdmissionConfig) *Admission {
 	return a
 }
 
-func (a *Admission) highWater() float64 {
-	if a.cfg.HighWater > 0 {
-		return a.cfg.HighWater
-	}
-	return 0.85
-}
-
-func (a *Admission) lowWater() float64 {
-	if a.cfg.LowWater > 0 {
-		return a.cfg.LowWater
-	}
-	return 0.75
-}
-
 func (a *Admission) interval() time.Duration {
 	if a.cfg.Interval > 0 {
 		return a.cfg.Interval
@@ -123,8 +112,8 @@ func (a *Admission) Run(ctx context.Context) error {
 	if a.cfg.MemoryLimit <= 0 {
 		return nil
 	}
-	high := uint64(float64(a.cfg.MemoryLimit) * a.highWater())
-	low := uint64(float64(a.cfg.MemoryLimit) * a.lowWater())
+	high := uint64(float64(a.cfg.MemoryLimit) * highWater)
+	low := uint64(float64(a.cfg.MemoryLimit) * lowWater)
 	a.log.Info("memory admission control", "limit", a.cfg.MemoryLimit, "high_water", high, "low_water", low)
 	t := time.NewTicker(a.interval())
 	defer t.Stop()
@@ -168,12 +157,15 @@ var memorySamples = []string{
 }
 
 // readMemory is the memory the process would still hold after a garbage
-// collection: everything the runtime has mapped and not returned to the
-// OS, less the free heap and the heap objects found dead since the last
-// collection (objects less the live heap it marked). Idle connections
-// (goroutine stacks, buffers) and pinned buffers count; garbage does not,
-// so a process near GOMEMLIMIT that the collector keeps there is not
-// shedding, but one whose live memory approaches the limit is.
+// collection, as far as the last collection tells: everything the runtime
+// has mapped and not returned to the OS, less the free heap and every heap
+// object allocated since the last collection (objects less the live heap
+// it marked), whether still live or not. Live growth since then shows only
+// after the next collection, which is why the sampler forces one while
+// shedding (gcWhileShedding). Idle connections (goroutine stacks, buffers)
+// and pinned buffers count; garbage does not, so a process near GOMEMLIMIT
+// that the collector keeps there is not shedding, but one whose live memory
+// approaches the limit is.
 func readMemory() uint64 {
 	s := make([]metrics.Sample, len(memorySamples))
 	for i, name := range memorySamples {
@@ -197,9 +189,6 @@ func readMemory() uint64 {
 func (a *Admission) MemoryPressure() bool {
 	return a != nil && a.shedding.Load()
 }
-
-// MemoryInUse is the memory of the last sample (readMemory).
-func (a *Admission) MemoryInUse() uint64 { return a.inUse.Load() }
 
 // FDExhausted reports whether the accept loops shed for lack of file
 // descriptors within the last fdReadyHold.
@@ -244,17 +233,19 @@ const (
 )
 
 // admit reports whether a connection accepted on listener may be served;
-// if not it resets c, counts and logs it.
+// if not it resets c (the client must not wait on us), counts and logs it.
 func (p *Proxy) admit(c net.Conn, listener string) bool {
-	a := p.cfg.Admission
-	if !a.MemoryPressure() {
+	if !p.cfg.Admission.MemoryPressure() {
 		return true
 	}
-	if tc, ok := c.(*net.TCPConn); ok {
-		_ = tc.SetLinger(0) // a reset: the client must not wait on us
-	}
-	_ = c.Close()
-	p.cfg.Metrics.shed.WithLabelValues(listener, shedMemoryPressure).Inc()
-	a.noteMemoryShed(listener)
+	p.abortLeg(c)
+	p.shedForMemory(listener)
 	return false
+}
+
+// shedForMemory counts and logs one connection or stream on listener
+// refused for memory pressure.
+func (p *Proxy) shedForMemory(listener string) {
+	p.cfg.Metrics.shed.WithLabelValues(listener, shedMemoryPressure).Inc()
+	p.cfg.Admission.noteMemoryShed(listener)
 }

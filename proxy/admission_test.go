@@ -221,7 +221,13 @@ func TestAdmissionShedsUnderMemoryPressure(t *testing.T) {
 		t.Errorf("%d shedding log lines for 4 refusals within a second, want 1 (rate-limited)", n)
 	}
 
-	setMemory(800, true) // between the marks
+	// Between the marks the sampler keeps refusing (several samples at
+	// the 5 ms interval).
+	used.Store(800)
+	time.Sleep(50 * time.Millisecond)
+	if !adm.MemoryPressure() {
+		t.Fatal("accepting again at memory 800 of 1000, between the low- and high-water marks")
+	}
 	setMemory(700, false)
 	c, err := socks.Dial("tcp", echo)
 	if err != nil {

@@ -86,8 +86,7 @@ func (p *Proxy) serveConnect(s *hbone.ServerStream) {
 		// TCP connection (admission.go).
 		_ = s.Respond(http.StatusServiceUnavailable, nil)
 		s.Close()
-		p.cfg.Metrics.shed.WithLabelValues("inbound", shedMemoryPressure).Inc()
-		p.cfg.Admission.noteMemoryShed("inbound")
+		p.shedForMemory("inbound")
 		return
 	}
 	up, rec, done := p.acceptContained(s)

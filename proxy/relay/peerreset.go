@@ -86,6 +86,6 @@ func (h *half) closeDstAfterReset() {
 	p.mu.Unlock()
 	if !skip {
 		// The close can only report that the conn is already closed.
-		p.poller.closeWith(h.dst(), func() { _ = h.dst().Close() })
+		_ = p.poller.CloseConn(h.dst())
 	}
 }

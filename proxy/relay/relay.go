@@ -8,10 +8,11 @@
 // Those goroutines' stacks stay small while the connection is idle
 // (start.go); with Poller.Start, an idle connection of the push case has no
 // goroutine at all: its TCP socket waits in the Poller's epoll set (Linux,
-// park.go), and every close of such a leg must go through the Poller. Each direction ends with a write-side shutdown of its
-// destination (FIN on TCP, close_notify on TLS, END_STREAM on an HBONE
-// stream) when its source reads EOF, so half-closed connections keep flowing
-// the other way until that side ends too.
+// park.go), and every close of such a leg must go through the Poller.
+// Each direction ends with a write-side shutdown of its destination (FIN on
+// TCP, close_notify on TLS, END_STREAM on an HBONE stream) when its source
+// reads EOF, so half-closed connections keep flowing the other way until
+// that side ends too.
 //
 // How bytes move depends on the legs:
 //
