@@ -112,7 +112,7 @@ func (c cgroupMemory) limit() (int64, error) {
 				lowest = n
 			}
 		}
-		if dir == c.top || len(dir) <= len(c.top) {
+		if len(dir) <= len(c.top) {
 			return lowest, nil
 		}
 	}

@@ -291,7 +291,11 @@ func memEcho(c net.Conn, line string) error {
 func TestMemoryPressure(t *testing.T) {
 	nstest.RequireRoot(t, "sh")
 	cg := newMemCgroup(t, memCgroupLimit)
-	maxIdle := min(memMaxIdle, int(fileLimit(t)-1000)/4)
+	limit := fileLimit(t)
+	if limit < 1100 {
+		t.Fatalf("RLIMIT_NOFILE %d: the test needs at least 1100 descriptors", limit)
+	}
+	maxIdle := min(memMaxIdle, int(limit-1000)/4)
 	release := memApps(t)
 	join := `echo $$ > ` + cg.procs() + ` && exec "$@"`
 	m := startLocal(t, memConfig(), memAdmin, []string{"RUST_LOG=warn", "GOMEMLIMIT=" + strconv.Itoa(memGoLimit)}, "sh", "-c", join, "sh")
@@ -344,16 +348,14 @@ func TestMemoryPressure(t *testing.T) {
 		}
 	}
 	for _, c := range sinks {
-		{
-			flooders.Go(func() {
-				chunk := make([]byte, 64<<10)
-				for {
-					if _, err := c.Write(chunk); err != nil {
-						return
-					}
+		flooders.Go(func() {
+			chunk := make([]byte, 64<<10)
+			for {
+				if _, err := c.Write(chunk); err != nil {
+					return
 				}
-			})
-		}
+			}
+		})
 	}
 	time.Sleep(time.Second) // the windows fill
 	alive("with the slow readers")
