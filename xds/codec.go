@@ -60,7 +60,8 @@ func (pc *pushCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	// low-priority thread too, so that data-path threads go first. In
 	// BenchmarkNetDuringPush100k (2 cores, 7 interleaved runs each) the
 	// longest round trip during a push went from 9.2–14.9 ms (median 10.2)
-	// to 5.7–14.3 ms (median 6.9); 2.7–17 ms without a push.
+	// to 5.7–14.3 ms (median 6.9), measured before lowSlice; 2.7–17 ms in
+	// an equally long window right after the push.
 	var err error
 	runLowPriority(func() { err = pc.proto.Unmarshal(data, v) })
 	if err != nil {

@@ -18,11 +18,12 @@ import (
 // GOGC=100 and 8.6–16 ms with GOGC=400 set for every process (interleaved
 // runs, 2 cores). Relaxing the collector only while the push is applied, as
 // below, took the median from 20.8 to 16.9 ms over 12 interleaved pairs.
-// With the fast decoder, the relaxed collector no longer runs at all while
-// a 100,000-workload push is applied (gc/op in BenchmarkNetDuringPush100k:
-// 1 before, 0 after).
+// With the fast decoder, the relaxed collector no longer ran while a
+// ready-made 100,000-workload response was applied; counted from the
+// unmarshal on (BenchmarkNetDuringPush100k since it goes through the codec,
+// and gozt bench's xds-push), one collection per push is left.
 //
-// The collection that is left is most of what a live connection still
+// That collection is most of what a live connection still
 // feels (gozt bench's xds-push: 14–19 ms with it, 5.6–7.1 ms with GOGC=off
 // in every process). Turning the collector off for the push, under the
 // same cap, was tried and not kept: the collection then ran right after
@@ -37,7 +38,9 @@ import (
 // live, or the collector would run back to back), or the operator's
 // GOMEMLIMIT if lower. Both settings are restored when the push
 // is applied. A process whose GOGC is already higher (or off) is left as it
-// is, and small pushes (a policy change) never touch the settings.
+// is. A response is relaxed by its resource count (relaxGCMin) or its wire
+// size (relaxGCMinBytes, below), so a small push of large resources is
+// relaxed too; a policy change of a few resources never is.
 //
 // gRPC unmarshals the DeltaDiscoveryResponse before the client sees it, and
 // for 100,000 workloads (27 MB on the wire) that allocates about 80 MB: a

@@ -11,9 +11,11 @@ import (
 // a large push (lowPriorityMin resources or more; its unmarshal too, from
 // relaxGCMinBytes): the lowest, so that on a busy node the kernel runs
 // data-path threads first (a 100,000-workload push is about a second of
-// CPU). A small push (a policy change) runs at normal priority. Measured with gozt bench --quick --scenario
-// xds-push, three interleaved runs each: longest stall of a live connection
-// 33–43 ms at normal priority, 24–27 ms with this.
+// CPU). A small push (a policy change) runs at normal priority. Measured
+// when it was introduced (2026-11-29, before the fast decoder), with gozt
+// bench --quick --scenario xds-push, three interleaved runs each: longest
+// stall of a live connection 33–43 ms at normal priority, 24–27 ms with
+// this; the figures since are at lowSlice and in README's benchmarks.
 const lowPriorityNice = 19
 
 // runLowPriority runs fn on an OS thread of its own whose scheduling
