@@ -133,14 +133,7 @@ func validatePolicy(p *rbac.Policy) error {
 // normalizeWorkload returns a shallow copy of w with addresses unmapped.
 func normalizeWorkload(w *Workload) *Workload {
 	c := *w
-	c.Addresses = unmapAll(w.Addresses)
-	if c.Waypoint != nil {
-		c.Waypoint = normalizeGateway(c.Waypoint)
-	}
-	if c.NetworkGateway != nil {
-		c.NetworkGateway = normalizeGateway(c.NetworkGateway)
-	}
-	return &c
+	return normalizeWorkloadInPlace(&c)
 }
 
 // normalizeWorkloadInPlace is normalizeWorkload for a workload the store
