@@ -128,14 +128,19 @@ func (c *Client) Demand(ctx context.Context, key string) error {
 	if w == nil {
 		return nil
 	}
-	if send != nil {
-		c.log.Debug("xds on-demand request", "name", key)
-		// A failure means the stream ended: the next one re-subscribes
-		// key (startDemandStream).
-		_ = send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: AddressTypeURL, ResourceNamesSubscribe: []string{key}})
-	}
 	t := time.NewTimer(c.cfg.demandTimeout())
 	defer t.Stop()
+	if send != nil {
+		c.log.Debug("xds on-demand request", "name", key)
+		// Sent on a goroutine of its own, so that a send held up (by the
+		// stream's flow control, or by sendMu while a push is answered)
+		// counts toward the timeout rather than before it. A failure
+		// means the stream ended: the next one re-subscribes key
+		// (startDemandStream).
+		go func() {
+			_ = send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: AddressTypeURL, ResourceNamesSubscribe: []string{key}})
+		}()
+	}
 	select {
 	case <-w.done:
 		return nil
