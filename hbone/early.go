@@ -83,9 +83,12 @@ func (e *early) tryFirst() {
 	e.buf, e.err = buf[:n], err
 }
 
-// waits reports whether the attempt needs the early sender: nothing was
-// read yet, so the client's bytes may still come before the response.
-func (e *early) waits() bool { return len(e.buf) == 0 && e.err == nil }
+// waits reports whether the attempt needs the early sender: src has not
+// ended and may hold more before the response, because nothing was read
+// yet or tryFirst filled its whole buffer.
+func (e *early) waits() bool {
+	return e.err == nil && (len(e.buf) == 0 || len(e.buf) == cap(e.buf))
+}
 
 // start runs the early sender for s's attempt on its own goroutine: it
 // sends what earlier attempts read beyond the e.sent bytes already sent,

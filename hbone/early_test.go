@@ -369,6 +369,39 @@ func TestConnectEarlyTryRead(t *testing.T) {
 	}
 }
 
+// heldSource holds bytes that TryRead returns at once, as much as fits,
+// and Read the rest of, then EOF.
+type heldSource struct{ b []byte }
+
+func (s *heldSource) TryRead(p []byte) (int, error) { return s.Read(p) }
+
+func (s *heldSource) Read(p []byte) (int, error) {
+	if len(s.b) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, s.b)
+	s.b = s.b[n:]
+	return n, nil
+}
+
+func (s *heldSource) SetReadDeadline(time.Time) error { return nil }
+
+// TestConnectEarlyBeyondFirstRead: when the bytes a source already holds
+// fill TryRead's whole buffer, the rest is read and sent before the
+// response too, within the peer's window, as ConnectEarly promises.
+func TestConnectEarlyBeyondFirstRead(t *testing.T) {
+	cc, r := rawServerPeerOn(t, earlyIP, Config{}, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 64 << 10})
+	all := payload(4, earlyFirstBuf+1000)
+	connected := connectEarlyAsync(t, cc, r, &heldSource{b: all})
+	got := r.WantData(1, len(all))
+	r.Headers(1, false, ":status", "200")
+	s := connected()
+	defer s.Close()
+	if !bytes.Equal(got, all) {
+		t.Fatalf("stream carried %d bytes before the response that are not the %d the source held", len(got), len(all))
+	}
+}
+
 // connectEarlyAsync starts cc.ConnectEarly from src and waits until the raw
 // server r sees its HEADERS (stream 1); connected waits for ConnectEarly
 // and returns its stream, failing the test on an error or a timeout.

@@ -181,7 +181,8 @@ func (p *Proxy) dialOutbound(src *state.Workload, srcID string, downAddr netip.A
 }
 
 // earlySource is the downstream leg as hbone's early sender reads it: the
-// connection, and TryRead for what it already holds (early_linux.go). What
+// connection, and, on Linux, TryRead for what it already holds
+// (early_linux.go; elsewhere hbone reads it on a goroutine). What
 // it took is the stream's EarlyBytes.
 type earlySource struct{ net.Conn }
 
