@@ -30,7 +30,7 @@ func (p *Proxy) dialDoubleHBONE(src *state.Workload, srcID string, downAddr neti
 	// Both CONNECTs are one connection's: one traceparent, as ztunnel
 	// builds both requests from the connection's.
 	h := connectHeader(src, downAddr, rt)
-	outer, err := p.connectPooled(ctx, srcID, downAddr, rt, h)
+	outer, err := p.connectPooled(ctx, srcID, downAddr, rt, h, nil)
 	if err != nil {
 		return nil, "", err
 	}

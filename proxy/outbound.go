@@ -166,16 +166,9 @@ func (p *Proxy) dialOutbound(src *state.Workload, srcID string, downAddr netip.A
 		}
 		return c, nil
 	}
-	key := poolKey(srcID, downAddr, rt)
-	var cs *hbone.ClientStream
-	var err error
-	if es != nil {
-		cs, err = p.pool.ConnectEarly(ctx, key, rt.authority, connectHeader(src, downAddr, rt), es)
-	} else {
-		cs, err = p.pool.Connect(ctx, key, rt.authority, connectHeader(src, downAddr, rt))
-	}
+	cs, err := p.connectPooled(ctx, srcID, downAddr, rt, connectHeader(src, downAddr, rt), es)
 	if err != nil {
-		return nil, fmt.Errorf("hbone connect %s via %s: %w", rt.authority, rt.dial, err)
+		return nil, err
 	}
 	return cs, nil
 }
@@ -197,9 +190,17 @@ func poolKey(srcID string, downAddr netip.AddrPort, rt route) hbone.Key {
 }
 
 // connectPooled opens rt's CONNECT stream with header h on a pooled HBONE
-// connection to rt.dial (SPEC §3.6).
-func (p *Proxy) connectPooled(ctx context.Context, srcID string, downAddr netip.AddrPort, rt route, h http.Header) (*hbone.ClientStream, error) {
-	s, err := p.pool.Connect(ctx, poolKey(srcID, downAddr, rt), rt.authority, h)
+// connection to rt.dial (SPEC §3.6), carrying the client's first bytes from
+// es if it is not nil (hbone.Pool.ConnectEarly).
+func (p *Proxy) connectPooled(ctx context.Context, srcID string, downAddr netip.AddrPort, rt route, h http.Header, es *earlySource) (*hbone.ClientStream, error) {
+	key := poolKey(srcID, downAddr, rt)
+	var s *hbone.ClientStream
+	var err error
+	if es != nil {
+		s, err = p.pool.ConnectEarly(ctx, key, rt.authority, h, es)
+	} else {
+		s, err = p.pool.Connect(ctx, key, rt.authority, h)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("hbone connect %s via %s: %w", rt.authority, rt.dial, err)
 	}
