@@ -421,12 +421,6 @@ func (s *ServerStream) Authority() string { return s.authority }
 // form.
 func (s *ServerStream) Header() http.Header { return headerOf(s.fields) }
 
-// DropHeader forgets the request's header fields, which a tunnel would
-// otherwise keep for its whole life (issue 16: an idle proxied connection's
-// memory). Header returns an empty map afterwards. Only the stream's handler
-// may call it, once it has read what it needs.
-func (s *ServerStream) DropHeader() { s.fields = nil }
-
 // Conn returns the connection the stream arrived on: its LocalAddr is the
 // address the client dialed, RemoteAddr the peer; a *tls.Conn carries the
 // peer's certificates.

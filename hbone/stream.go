@@ -581,3 +581,11 @@ func (c *conn) streamUpdate(s *stream) {
 	}
 	c.maybeFinish()
 }
+
+// DropHeader forgets the stream's header fields (a ServerStream's request
+// fields, a ClientStream's response fields), which a tunnel would otherwise
+// keep for its whole life (issue 16: an idle proxied connection's memory).
+// Header and ResponseHeader return an empty map afterwards. Only the
+// stream's owner may call it: a server handler, or a client once Connect
+// has returned, after it has read what it needs.
+func (s *stream) DropHeader() { s.fields = nil }

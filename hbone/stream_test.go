@@ -280,7 +280,8 @@ func TestAfterReset(t *testing.T) {
 }
 
 // TestDropHeader: a handler that has read the request's header can drop it,
-// so a long tunnel does not keep it; Header is empty afterwards.
+// and a client the response's, so a long tunnel does not keep them; Header
+// and ResponseHeader are empty afterwards.
 func TestDropHeader(t *testing.T) {
 	got := make(chan [2]string, 1)
 	p := newPair(t, func(s *ServerStream) {
@@ -288,7 +289,7 @@ func TestDropHeader(t *testing.T) {
 		s.DropHeader()
 		after := s.Header().Get("Baggage")
 		got <- [2]string{before, after}
-		s.Respond(http.StatusOK, nil)
+		s.Respond(http.StatusOK, http.Header{"Baggage": {"k8s.namespace.name=srv"}})
 		s.Close()
 	}, pairOpts{pipe: true})
 	s, err := p.cc.Connect(context.Background(), "10.0.0.1:8080", http.Header{"Baggage": {"k8s.namespace.name=demo"}})
@@ -296,6 +297,11 @@ func TestDropHeader(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
+	before := s.ResponseHeader().Get("Baggage")
+	s.DropHeader()
+	if after := s.ResponseHeader().Get("Baggage"); before != "k8s.namespace.name=srv" || after != "" {
+		t.Errorf("ResponseHeader before and after DropHeader = %q, %q, want the value, then none", before, after)
+	}
 	select {
 	case g := <-got:
 		if g != [2]string{"k8s.namespace.name=demo", ""} {

@@ -115,6 +115,7 @@ func (p *Proxy) openOutbound(down net.Conn, dst netip.AddrPort) (net.Conn, *conn
 			// baggage (with_derived_destination): the workload as its own
 			// network describes it, which this network's xDS may not.
 			labels.setDerivedDestination(parseBaggage(ic.ResponseHeader().Values(headerBaggage)), peerID)
+			ic.DropHeader() // read; a long tunnel need not keep it
 			up = ic
 		}
 	}
@@ -191,7 +192,8 @@ func poolKey(srcID string, downAddr netip.AddrPort, rt route) hbone.Key {
 
 // connectPooled opens rt's CONNECT stream with header h on a pooled HBONE
 // connection to rt.dial (SPEC §3.6), carrying the client's first bytes from
-// es if it is not nil (hbone.Pool.ConnectEarly).
+// es if it is not nil (hbone.Pool.ConnectEarly). Nothing reads the 200's
+// fields of these streams, so the stream does not keep them.
 func (p *Proxy) connectPooled(ctx context.Context, srcID string, downAddr netip.AddrPort, rt route, h http.Header, es *earlySource) (*hbone.ClientStream, error) {
 	key := poolKey(srcID, downAddr, rt)
 	var s *hbone.ClientStream
@@ -204,6 +206,7 @@ func (p *Proxy) connectPooled(ctx context.Context, srcID string, downAddr netip.
 	if err != nil {
 		return nil, fmt.Errorf("hbone connect %s via %s: %w", rt.authority, rt.dial, err)
 	}
+	s.DropHeader()
 	return s, nil
 }
 
