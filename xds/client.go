@@ -120,6 +120,10 @@ func (c *Config) connectTimeout() time.Duration {
 	return c.ConnectTimeout
 }
 
+// onDemandType reports whether type t is asked for by name rather than
+// by wildcard: Address resources, with OnDemand (SPEC §5.3).
+func (c *Config) onDemandType(t string) bool { return c.OnDemand && t == AddressTypeURL }
+
 func (c *Config) demandTimeout() time.Duration {
 	if c.DemandTimeout <= 0 {
 		return c.connectTimeout()
@@ -201,7 +205,7 @@ func NewClient(cfg Config) (*Client, error) {
 	}
 	for _, t := range subscribedTypes {
 		c.held[t] = make(map[string]string)
-		if !(cfg.OnDemand && t == AddressTypeURL) {
+		if !cfg.onDemandType(t) {
 			c.wildcard = append(c.wildcard, t)
 		}
 	}
@@ -480,7 +484,7 @@ func (c *Client) initialRequests(send func(*discoveryv3.DeltaDiscoveryRequest) e
 				req.InitialResourceVersions[name] = v
 			}
 		}
-		if c.cfg.OnDemand && t == AddressTypeURL {
+		if c.cfg.onDemandType(t) {
 			req.ResourceNamesSubscribe = []string{"*"}
 			req.ResourceNamesUnsubscribe = []string{"*"}
 			c.startDemandStream(req, send)

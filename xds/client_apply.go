@@ -57,7 +57,7 @@ func (c *Client) handleResponse(resp *discoveryv3.DeltaDiscoveryResponse, gc *gc
 		return req, false
 	}
 	var answered []*demandWait
-	if c.cfg.OnDemand && typeURL == AddressTypeURL {
+	if c.cfg.onDemandType(typeURL) {
 		answered = c.matchDemands(resp)
 	}
 	var good []decoded

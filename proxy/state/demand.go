@@ -18,7 +18,7 @@ type Demander interface {
 // network possibly empty ("/10.0.0.5"), as ztunnel's NetworkAddress
 // displays it (src/state/workload.rs) and istiod's index.Lookup parses it.
 func AddressKey(network string, ip netip.Addr) string {
-	return network + "/" + ip.Unmap().String()
+	return NetworkAddress{network, ip.Unmap()}.String()
 }
 
 // HostnameKey is the on-demand key of a hostname: "namespace/hostname", a

@@ -168,7 +168,7 @@ type Service struct {
 }
 
 // Key returns "namespace/hostname", the service's resource name.
-func (s *Service) Key() string { return s.Namespace + "/" + s.Hostname }
+func (s *Service) Key() string { return HostnameKey(s.Namespace, s.Hostname) }
 
 // healthPolicy returns the service's health policy (OnlyHealthy if unset).
 func (s *Service) healthPolicy() HealthPolicy {
