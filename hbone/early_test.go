@@ -284,6 +284,29 @@ func TestPoolEarlyLostNotRetried(t *testing.T) {
 	}
 }
 
+// TestPoolEarlyLostBeforeBytesRetried: a connection lost, unanswered, before
+// the stream took any early byte is retried on another one, as for Connect.
+func TestPoolEarlyLostBeforeBytesRetried(t *testing.T) {
+	var dials atomic.Int32
+	p := NewPool(PoolConfig{Dial: func(ctx context.Context, key Key) (*ClientConn, error) {
+		dials.Add(1)
+		cc, r := rawServerPeerOn(t, earlyIP, Config{})
+		go func() {
+			r.Want(func(f hbonetest.Frame) bool { return f.Type == http2.FrameHeaders && f.Stream == 1 })
+			r.Conn.Close()
+		}()
+		return cc, nil
+	}})
+	defer p.Close()
+	_, src := tcpPairOn(t, earlyIP) // the client sends nothing
+	if _, err := p.ConnectEarly(t.Context(), testKey, "10.0.0.2:80", nil, src); err == nil {
+		t.Fatal("ConnectEarly succeeded on connections that all close unanswered")
+	}
+	if n := dials.Load(); n < 2 {
+		t.Errorf("%d dials, want a retry: no early byte had been sent", n)
+	}
+}
+
 // failingSource returns its bytes, then a read error.
 type failingSource struct {
 	b   []byte

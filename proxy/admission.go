@@ -208,8 +208,9 @@ func (a *Admission) noteFDExhausted() {
 }
 
 // noteMemoryShed logs a connection refused for memory, at most once per
-// memShedLogEvery with the number refused since the last line.
-func (a *Admission) noteMemoryShed(listener string) {
+// memShedLogEvery with the number refused since the last line, on every
+// listener (gozt_connections_shed_total counts them per listener).
+func (a *Admission) noteMemoryShed() {
 	a.mu.Lock()
 	a.unlogged++
 	now := time.Now()
@@ -220,7 +221,7 @@ func (a *Admission) noteMemoryShed(listener string) {
 	}
 	a.mu.Unlock()
 	if logIt {
-		a.log.Warn("refusing new connections: memory pressure", "listener", listener, "refused", n,
+		a.log.Warn("refusing new connections: memory pressure", "refused", n,
 			"in_use", a.inUse.Load(), "limit", a.cfg.MemoryLimit)
 	}
 }
@@ -247,5 +248,5 @@ func (p *Proxy) admit(c net.Conn, listener string) bool {
 // refused for memory pressure.
 func (p *Proxy) shedForMemory(listener string) {
 	p.cfg.Metrics.shed.WithLabelValues(listener, shedMemoryPressure).Inc()
-	p.cfg.Admission.noteMemoryShed(listener)
+	p.cfg.Admission.noteMemoryShed()
 }
