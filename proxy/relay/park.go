@@ -165,7 +165,7 @@ func (p *Poller) wake(slot int32, gen uint32) {
 		return
 	}
 	pk.armed = false
-	go pk.h.pull(pk.w)
+	go pk.h.pullReadable(pk.w)
 }
 
 // forget drops h's parker when h ends.

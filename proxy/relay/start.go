@@ -115,6 +115,18 @@ func (h *half) pull(w *readWaiter) {
 			}
 		}
 	}
+	h.copyTurn(w, err)
+}
+
+// pullReadable is pull for a turn the Poller starts because its one-shot
+// event reported the socket readable (or closed): the wait is done, so the
+// turn copies at once, without pull's deadline changes and peek.
+func (h *half) pullReadable(w *readWaiter) { h.copyTurn(w, nil) }
+
+// copyTurn is the copying part of a turn whose wait ended with err: it
+// copies while bytes come (see pull), then hands the wait on or ends the
+// direction.
+func (h *half) copyTurn(w *readWaiter, err error) {
 	for err == nil {
 		var full, ready bool
 		full, err = h.copyChunk()
