@@ -98,6 +98,13 @@ func TestOnDemandReadinessIgnoresAddress(t *testing.T) {
 			if a := h.answer("authz-1"); a.GetErrorDetail() != nil {
 				t.Fatalf("Authorization answer NACKed: %v", a.GetErrorDetail())
 			}
+			// The client marks a type ACKed after sending the ACK; once a
+			// second response is answered, the first one's mark is made,
+			// so isReady below cannot run ahead of it.
+			h.srv.Send(&discoveryv3.DeltaDiscoveryResponse{TypeUrl: xds.AuthorizationTypeURL, Nonce: "authz-2"})
+			if a := h.answer("authz-2"); a.GetErrorDetail() != nil {
+				t.Fatalf("second Authorization answer NACKed: %v", a.GetErrorDetail())
+			}
 			if onDemand {
 				h.waitReady()
 			} else if h.isReady() {
