@@ -231,7 +231,12 @@ func (c *conn) idleTooLongLocked(now time.Time) bool {
 // fail marks the connection dead with err (the first error wins), closes the
 // socket and wakes every waiter. It never blocks on wmu and may be called from
 // any goroutine holding no locks.
-func (c *conn) fail(err error) {
+func (c *conn) fail(err error) { c.failConn(err, false) }
+
+// failConn is fail; with linger it first fails the streams and then, before
+// closing, drains the socket as drainAfterGoAway describes. Only the read
+// loop's goroutine, once it has stopped reading, may ask for linger.
+func (c *conn) failConn(err error, linger bool) {
 	c.mu.Lock()
 	if c.err != nil {
 		c.mu.Unlock()
@@ -255,12 +260,18 @@ func (c *conn) fail(err error) {
 	close(c.done)
 	c.mu.Unlock()
 
-	c.nc.Close()
+	if !linger {
+		c.nc.Close()
+	}
 	for _, s := range streams {
 		s.connFailed()
 	}
 	if onDone != nil {
 		onDone()
+	}
+	if linger {
+		c.drainAfterGoAway()
+		c.nc.Close()
 	}
 }
 
@@ -269,11 +280,18 @@ func (c *conn) fail(err error) {
 // err. It may block that long, so the read loop, timers and callers of Close
 // use it; never call it holding locks.
 func (c *conn) closeWithError(code http2.ErrCode, err error) {
+	c.writeFinalGoAway(code)
+	c.fail(err)
+}
+
+// writeFinalGoAway writes the GOAWAY of closeWithError and reports whether it
+// went out: false when the connection was closing or failed already, or the
+// write failed.
+func (c *conn) writeFinalGoAway(code http2.ErrCode) bool {
 	c.mu.Lock()
 	if c.closing || c.err != nil {
 		c.mu.Unlock()
-		c.fail(err)
-		return
+		return false
 	}
 	c.closing = true
 	c.goAwaySent = true
@@ -285,8 +303,7 @@ func (c *conn) closeWithError(code http2.ErrCode, err error) {
 	if c.werr == nil {
 		c.werr = c.wfr.WriteGoAway(last, code, nil)
 	}
-	c.unlockWriteFlush()
-	c.fail(err)
+	return c.unlockWriteFlush() == nil
 }
 
 // lastPeerIDLocked is the last-stream-id of a GOAWAY we send: the highest

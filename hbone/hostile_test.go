@@ -2,11 +2,14 @@ package hbone
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -258,6 +261,86 @@ func TestFloods(t *testing.T) {
 			}()
 			r.WantShutdown(http2.ErrCodeEnhanceYourCalm)
 		})
+	}
+}
+
+// TestGoAwayReachesFloodingPeer: a peer that breaks a limit while it still
+// writes, and reads nothing until it is done writing, gets the GOAWAY and then
+// an orderly close. The peer's tiny receive buffer keeps the server's answers
+// (and the GOAWAY behind them) in the server's send queue; a server that
+// closes over the unread flood makes the kernel reset the connection and drop
+// that queue. The peer reads only after ServeConn returned, so the test does
+// not depend on which side is quicker.
+func TestGoAwayReachesFloodingPeer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, _ := ln.Accept()
+		accepted <- c
+	}()
+	// The buffer is set before connecting, so the window the peer
+	// advertises is small from the first segment on.
+	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		err := rc.Control(func(fd uintptr) {
+			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 1)
+		})
+		return errors.Join(err, serr)
+	}}
+	cn, err := d.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cn.Close()
+	sn := <-accepted
+	if sn == nil {
+		t.Fatal("accept failed")
+	}
+	srv := &Server{Handler: func(s *ServerStream) { s.Respond(http.StatusOK, nil); s.Close() }}
+	served := make(chan error, 1)
+	go func() { served <- srv.ServeConn(context.Background(), sn) }()
+	defer srv.Close()
+
+	var flood bytes.Buffer
+	flood.WriteString(http2.ClientPreface)
+	fr := http2.NewFramer(&flood, nil)
+	fr.WriteSettings()
+	for range 20 * maxPings {
+		fr.WritePing(false, [8]byte{})
+	}
+	if _, err := cn.Write(flood.Bytes()); err != nil {
+		t.Errorf("writing the flood: %v (the server stopped reading it)", err)
+	}
+	select {
+	case <-served:
+	case <-time.After(10 * time.Second):
+		t.Fatal("ServeConn did not return")
+	}
+
+	cn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	rd := http2.NewFramer(nil, cn)
+	pings := 0
+	for {
+		f, err := rd.ReadFrame()
+		if err != nil {
+			t.Fatalf("after %d PING acks: %v, before any GOAWAY", pings, err)
+		}
+		if _, ok := f.(*http2.PingFrame); ok {
+			pings++
+		}
+		if g, ok := f.(*http2.GoAwayFrame); ok {
+			if g.ErrCode != http2.ErrCodeEnhanceYourCalm {
+				t.Fatalf("GOAWAY %v, want ENHANCE_YOUR_CALM", g.ErrCode)
+			}
+			break
+		}
+	}
+	if _, err := rd.ReadFrame(); err != io.EOF {
+		t.Fatalf("after the GOAWAY: %v, want EOF", err)
 	}
 }
 

@@ -57,6 +57,9 @@ const (
 	// goAwayTimeout bounds how long we try to deliver a final GOAWAY before
 	// closing the connection anyway.
 	goAwayTimeout = time.Second
+	// drainBudget bounds the bytes we read and discard after a final GOAWAY
+	// (drainAfterGoAway).
+	drainBudget = 256 << 10
 )
 
 // rateCounter counts events in a fixed window. It is owned by one goroutine.

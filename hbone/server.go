@@ -162,7 +162,9 @@ func (c *conn) finish(err error) error {
 		if ce.code == http2.ErrCodeEnhanceYourCalm {
 			c.log.Warn("hbone: peer exceeded a limit", "remote", c.nc.RemoteAddr(), "reason", ce.reason)
 		}
-		c.closeWithError(ce.code, err)
+		// The read loop is done, so the socket may linger: the peer that
+		// broke a limit is usually still writing.
+		c.failConn(err, c.writeFinalGoAway(ce.code))
 		return err
 	}
 	c.fail(err)

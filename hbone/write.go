@@ -3,6 +3,7 @@ package hbone
 import (
 	"bytes"
 	"io"
+	"net"
 	"sync"
 	"time"
 
@@ -144,7 +145,6 @@ func (c *conn) flushLoop() {
 // too, or goAwayTimeout passes. Closing at once could make the kernel reset
 // the connection over unread bytes and lose the GOAWAY on the way.
 func (c *conn) lingeringClose() {
-	type closeWriter interface{ CloseWrite() error }
 	cw, ok := c.nc.(closeWriter)
 	if !ok {
 		c.fail(errShutdown)
@@ -153,6 +153,43 @@ func (c *conn) lingeringClose() {
 	c.nc.SetReadDeadline(time.Now().Add(goAwayTimeout))
 	if err := cw.CloseWrite(); err != nil {
 		c.fail(errShutdown)
+	}
+}
+
+type closeWriter interface{ CloseWrite() error }
+
+// drainAfterGoAway gives a final GOAWAY time to arrive once the read loop has
+// stopped: it ends our side (TLS close_notify, then FIN) and discards what the
+// peer still sends, below TLS, until the peer closes too, goAwayTimeout passes
+// or drainBudget bytes were thrown away. Closing over unread bytes at once
+// makes the kernel send RST instead of FIN and drop what is still in the send
+// queue, the GOAWAY included; the peer that broke a limit, by flooding frames,
+// is the one that keeps writing. x/net's server likewise reads on for
+// goAwayTimeout after an error GOAWAY; the budget stops a peer that never
+// looks at what we send from having us read its flood for that long.
+func (c *conn) drainAfterGoAway() {
+	if cw, ok := c.nc.(closeWriter); ok {
+		cw.CloseWrite()
+	}
+	raw := c.nc
+	for {
+		u, ok := raw.(interface{ NetConn() net.Conn })
+		if !ok {
+			break
+		}
+		raw = u.NetConn()
+	}
+	if cw, ok := raw.(closeWriter); ok && raw != c.nc {
+		cw.CloseWrite()
+	}
+	raw.SetReadDeadline(time.Now().Add(goAwayTimeout))
+	var buf [4 << 10]byte
+	for n := 0; n < drainBudget; {
+		m, err := raw.Read(buf[:])
+		if err != nil {
+			return
+		}
+		n += m
 	}
 }
 
