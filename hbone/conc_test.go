@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"sync"
@@ -276,7 +277,9 @@ func TestServerShutdown(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("client connection not closed after drain")
 	}
-	if err := p.srv.ServeConn(context.Background(), nopConn{}); !errors.Is(err, ErrServerClosed) {
+	a, b := net.Pipe()
+	b.Close()
+	if err := p.srv.ServeConn(context.Background(), a); !errors.Is(err, ErrServerClosed) {
 		t.Errorf("ServeConn after Shutdown = %v, want ErrServerClosed", err)
 	}
 }

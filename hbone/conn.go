@@ -35,8 +35,9 @@ type conn struct {
 
 	// Server role: the handler for new streams and the running handlers
 	// (runningHandlers and unstarted, below, are guarded by mu).
-	handler  Handler
-	handlers sync.WaitGroup
+	handler       Handler
+	goAwayAtStart bool // a server connection that arrived after Shutdown
+	handlers      sync.WaitGroup
 
 	// Read side, owned by the read loop.
 	br      *bufio.Reader

@@ -444,3 +444,70 @@ func connectEarlyAsync(t *testing.T, cc *ClientConn, r *hbonetest.Peer, src Earl
 		return s
 	}
 }
+
+// TestPoolEarlyRetriedOffDrainingServer: a connection that reaches a server
+// after its Shutdown began (accepted just before the listener closed, in an
+// upgrade overlap) is answered with a GOAWAY that processed no stream, so a
+// tunnel that already sent early bytes on it is retried on a new
+// connection, with the same bytes, instead of failing.
+func TestPoolEarlyRetriedOffDrainingServer(t *testing.T) {
+	old := &Server{Handler: func(s *ServerStream) { s.Respond(http.StatusOK, nil); s.Close() }}
+	if err := old.Shutdown(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan []byte, 1)
+	live := &Server{Handler: func(s *ServerStream) {
+		s.Respond(http.StatusOK, nil)
+		b, _ := io.ReadAll(s)
+		got <- b
+		s.Close()
+	}}
+	defer live.Close()
+	oldDone := make(chan error, 1)
+	var dials atomic.Int32
+	p := NewPool(PoolConfig{Dial: func(ctx context.Context, key Key) (*ClientConn, error) {
+		cn, sn := tcpPairOn(t, earlyIP)
+		if dials.Add(1) == 1 {
+			go func() { oldDone <- old.ServeConn(context.Background(), sn) }()
+		} else {
+			go live.ServeConn(context.Background(), sn)
+		}
+		return NewClientConn(ctx, cn, Config{})
+	}})
+	defer p.Close()
+	app, src := tcpPairOn(t, earlyIP)
+	msg := []byte("client speaks first")
+	if _, err := app.Write(msg); err != nil {
+		t.Fatal(err)
+	}
+	app.CloseWrite()
+	s, err := p.ConnectEarly(t.Context(), testKey, "10.0.0.2:80", nil, src)
+	if err != nil {
+		t.Fatalf("ConnectEarly after the first server began draining: %v (%d dials)", err, dials.Load())
+	}
+	if n := dials.Load(); n != 2 {
+		t.Errorf("%d dials, want 2: the draining server's, then the live one's", n)
+	}
+	// What the response came before is relayed after it, as the proxy does.
+	if _, err := io.Copy(s, src); err != nil {
+		t.Fatal(err)
+	}
+	s.CloseWrite()
+	select {
+	case b := <-got:
+		if !bytes.Equal(b, msg) {
+			t.Errorf("the live server read %q, want %q", b, msg)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the live server's handler never finished")
+	}
+	s.Close()
+	select {
+	case err := <-oldDone:
+		if !errors.Is(err, ErrServerClosed) {
+			t.Errorf("ServeConn on the draining server = %v, want ErrServerClosed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("ServeConn on the draining server did not return")
+	}
+}

@@ -238,7 +238,3 @@ func wait(t testing.TB, ch <-chan error, what string) {
 	}
 }
 
-// nopConn is a net.Conn that does nothing.
-type nopConn struct{ net.Conn }
-
-func (nopConn) Close() error { return nil }

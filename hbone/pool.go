@@ -131,6 +131,9 @@ func (p *Pool) connect(ctx context.Context, key Key, authority string, h http.He
 	for range maxAttempts {
 		var pc *pooledConn
 		if pc, err = p.checkout(ctx, key); err != nil {
+			if errors.Is(err, errDialNoCapacity) && ctx.Err() == nil {
+				continue // sent away before its first stream (a draining server): dial again
+			}
 			return nil, err
 		}
 		var s *ClientStream

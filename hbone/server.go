@@ -34,7 +34,8 @@ type Server struct {
 	mu       sync.Mutex
 	conns    map[*conn]struct{}
 	serving  sync.WaitGroup // running ServeConn calls
-	shutdown bool
+	shutdown bool           // Shutdown or Close was called
+	closed   bool           // Close was called
 }
 
 // ServeConn serves one HTTP/2 connection until it ends and closes c. It
@@ -42,34 +43,48 @@ type Server struct {
 // drained by Shutdown), ErrServerClosed after Shutdown or Close, and otherwise
 // the error that ended it. Canceling ctx closes the connection. ServeConn
 // returns only after every handler it started has returned.
+//
+// After Close, ServeConn closes c at once. After Shutdown it still speaks
+// HTTP/2 on c, but only to say GOAWAY: its client was accepted before the
+// listener closed (an upgrade's overlap) and may have sent a CONNECT with
+// early bytes already. A GOAWAY that processed no stream tells it to retry
+// them elsewhere; a connection closed unanswered would not.
 func (s *Server) ServeConn(ctx context.Context, c net.Conn) error {
 	if s.Handler == nil {
 		panic("hbone: Server.Handler is nil")
 	}
 	cn := newConn(c, s.Config.resolve(true), true)
 	cn.handler = s.Handler
-	if !s.track(cn) {
+	late, ok := s.track(cn)
+	if !ok {
 		c.Close()
 		return ErrServerClosed
 	}
 	defer s.untrack(cn)
 	stop := context.AfterFunc(ctx, func() { cn.fail(ctx.Err()) })
 	defer stop()
+	if late {
+		cn.goAwayAtStart = true
+		cn.serve()
+		return ErrServerClosed
+	}
 	return cn.serve()
 }
 
-func (s *Server) track(c *conn) bool {
+// track registers c; late reports that Shutdown has begun (c is to be told
+// to go away), and ok is false after Close.
+func (s *Server) track(c *conn) (late, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.shutdown {
-		return false
+	if s.closed {
+		return false, false
 	}
 	if s.conns == nil {
 		s.conns = make(map[*conn]struct{})
 	}
 	s.conns[c] = struct{}{}
 	s.serving.Add(1)
-	return true
+	return s.shutdown, true
 }
 
 func (s *Server) untrack(c *conn) {
@@ -79,8 +94,8 @@ func (s *Server) untrack(c *conn) {
 	s.serving.Done()
 }
 
-// stopAccepting marks the server shut down, so ServeConn takes no new
-// connection, and returns the connections it is serving.
+// stopAccepting marks the server shut down, so ServeConn only sends new
+// connections away, and returns the connections it is serving.
 func (s *Server) stopAccepting() []*conn {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -95,8 +110,9 @@ func (s *Server) stopAccepting() []*conn {
 // Shutdown drains the server: every connection gets a GOAWAY naming the last
 // stream it processed, new streams are refused, and connections close once
 // their streams end. Shutdown waits for that, or until ctx is done, when it
-// closes everything still open and returns ctx's error. New ServeConn calls
-// fail with ErrServerClosed. Shutdown may be called more than once.
+// closes everything still open and returns ctx's error. Later ServeConn
+// calls send their connection a GOAWAY and return ErrServerClosed. Shutdown
+// may be called more than once.
 func (s *Server) Shutdown(ctx context.Context) error {
 	for _, c := range s.stopAccepting() {
 		c.goAway()
@@ -119,6 +135,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // Close closes every connection now, without GOAWAY. It does not wait for
 // ServeConn calls to return.
 func (s *Server) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
 	for _, c := range s.stopAccepting() {
 		c.fail(ErrServerClosed)
 	}
@@ -131,6 +150,9 @@ func (c *conn) serve() error {
 	c.startBackground()
 	err := c.readPreface()
 	if err == nil {
+		if c.goAwayAtStart {
+			c.goAway() // names no stream: the client has not been read yet
+		}
 		err = c.readLoop()
 	}
 	err = c.finish(err)
