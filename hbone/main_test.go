@@ -237,4 +237,3 @@ func wait(t testing.TB, ch <-chan error, what string) {
 		t.Fatalf("%s: timed out", what)
 	}
 }
-
