@@ -183,18 +183,15 @@ func TestDemandConcurrentShare(t *testing.T) {
 }
 
 // TestDemandUnknownName: istiod answers a name it does not know with a
-// removal; the demand returns (no timeout: the limit is a minute) and the
-// store is unchanged.
+// removal; the demand returns nil on that answer and the store is unchanged.
+// Neither limit can end it instead: the demand timeout (a minute) would fail
+// it with ErrDemandTimeout and the context's end (demandCtx) with its error.
 func TestDemandUnknownName(t *testing.T) {
 	h := onDemandHarness(t, time.Minute)
 	h.start()
 	h.waitReady()
-	start := time.Now()
 	if err := h.client.Demand(demandCtx(t), "demo/nothing.demo.svc.cluster.local"); err != nil {
 		t.Fatalf("Demand: %v", err)
-	}
-	if d := time.Since(start); d > 30*time.Second {
-		t.Errorf("Demand took %v", d)
 	}
 	if w, s, _ := stateKeys(h.store); len(w)+len(s) != 0 {
 		t.Errorf("store holds %v %v after an unknown name", w, s)

@@ -130,9 +130,6 @@ func TestFastDecodeEdgeCases(t *testing.T) {
 			if got := checkFast(t, newDecodeCache(), tc.b, name); got != tc.accept {
 				t.Errorf("fast decoder accepted = %v, want %v", got, tc.accept)
 			}
-			if _, ok := newDecodeCache().workload(tc.b, name); !ok && tc.accept {
-				t.Error("refused")
-			}
 		})
 	}
 }
