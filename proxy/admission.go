@@ -184,6 +184,15 @@ func readMemory() uint64 {
 	return held - min(held, dead)
 }
 
+// BlockReadiness registers with block (admin.Readiness.BlockWhile) the
+// conditions under which a proxy using a is not ready: new connections are
+// shed for lack of file descriptors or memory. They are gozt's, not
+// ztunnel's, whose readiness tracks start-up tasks only.
+func (a *Admission) BlockReadiness(block func(name string, blocked func() bool)) {
+	block("file descriptors exhausted", a.FDExhausted)
+	block("memory pressure", a.MemoryPressure)
+}
+
 // MemoryPressure reports whether new connections are being refused for
 // memory; a nil Admission never refuses.
 func (a *Admission) MemoryPressure() bool {

@@ -5,9 +5,11 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/netip"
 	"runtime"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -241,4 +243,28 @@ func TestAdmissionShedsUnderMemoryPressure(t *testing.T) {
 	}
 	defer s.Close()
 	echoOnce(t, s, bufio.NewReader(s), "stream after")
+}
+
+// TestAdmissionBlockReadiness: BlockReadiness registers one blocker for
+// descriptor exhaustion and one for memory pressure, each true exactly while
+// its condition holds.
+func TestAdmissionBlockReadiness(t *testing.T) {
+	a := NewAdmission(AdmissionConfig{})
+	blockers := map[string]func() bool{}
+	a.BlockReadiness(func(name string, blocked func() bool) { blockers[name] = blocked })
+	fds, mem := blockers["file descriptors exhausted"], blockers["memory pressure"]
+	if len(blockers) != 2 || fds == nil || mem == nil {
+		t.Fatalf("blockers %v, want file descriptors exhausted and memory pressure", slices.Sorted(maps.Keys(blockers)))
+	}
+	if fds() || mem() {
+		t.Fatalf("a fresh Admission blocks readiness: fds %v, memory %v", fds(), mem())
+	}
+	a.noteFDExhausted()
+	if !fds() || mem() {
+		t.Errorf("after descriptor exhaustion: fds %v, memory %v; want true, false", fds(), mem())
+	}
+	a.shedding.Store(true)
+	if !mem() {
+		t.Error("while shedding for memory the memory blocker is false")
+	}
 }

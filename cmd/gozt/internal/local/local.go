@@ -139,10 +139,7 @@ func Start(ctx context.Context, opts Options) (m *Mesh, err error) {
 	}
 	m.ready = admin.NewReadiness("proxy")
 	m.admission = proxy.NewAdmission(proxy.AdmissionConfig{MemoryLimit: opts.MemoryLimit, Logger: m.log.With("scope", "admission")})
-	// gozt's own blockers, as node's: readiness fails while new
-	// connections are shed for lack of file descriptors or memory.
-	m.ready.BlockWhile("file descriptors exhausted", m.admission.FDExhausted)
-	m.ready.BlockWhile("memory pressure", m.admission.MemoryPressure)
+	m.admission.BlockReadiness(m.ready.BlockWhile)
 	m.denials = proxy.NewDenials(0)
 
 	built := m // the named result is nil on an error return; clean up what was built

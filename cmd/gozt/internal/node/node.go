@@ -589,18 +589,11 @@ func orDefault(s, def string) string {
 	return s
 }
 
-// Readiness blockers of admission control: gozt's, not ztunnel's.
-const (
-	blockFDs    = "file descriptors exhausted"
-	blockMemory = "memory pressure"
-)
-
 // newAdmission returns the admission control of every proxy for the memory
 // limit in force, its conditions registered with ready: readiness fails
 // while new connections are shed for lack of file descriptors or memory.
 func newAdmission(limit int64, ready *admin.Readiness, log *slog.Logger) *proxy.Admission {
 	a := proxy.NewAdmission(proxy.AdmissionConfig{MemoryLimit: limit, Logger: log.With("scope", "admission")})
-	ready.BlockWhile(blockFDs, a.FDExhausted)
-	ready.BlockWhile(blockMemory, a.MemoryPressure)
+	a.BlockReadiness(ready.BlockWhile)
 	return a
 }
