@@ -122,6 +122,18 @@ func nackMessage(rejects []rejection) string {
 	return b.String()
 }
 
+// newWorkloads counts the workloads of ok that held has no version of: those
+// a batch makes room for (an update takes the slot it had).
+func newWorkloads(held map[string]string, ok []decoded) int {
+	n := 0
+	for _, d := range ok {
+		if _, seen := held[d.name]; d.w != nil && !seen {
+			n++
+		}
+	}
+	return n
+}
+
 // apply inserts ok and removes removed in one batch (removals first, so a
 // name both removed and sent ends up present), then brings held up to date.
 // Only names in held are removed from the store. It returns rejects extended with the resources the store refused.
@@ -129,7 +141,7 @@ func (c *Client) apply(typeURL string, held map[string]string, ok []decoded, rem
 	refused := make([]bool, len(ok))
 	c.cfg.Store.Update(func(b *state.Batch) {
 		if typeURL == AddressTypeURL {
-			b.Reserve(len(ok))
+			b.Reserve(newWorkloads(held, ok))
 		}
 		for _, name := range removed {
 			if _, ours := held[name]; !ours {

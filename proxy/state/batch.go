@@ -110,7 +110,8 @@ func sortedKeys(m map[string]bool) []string {
 	return ks
 }
 
-// Reserve tells the batch that about n workloads are about to be inserted,
+// Reserve tells the batch that about n workloads it does not hold yet are
+// about to be inserted (updates of stored ones take their old slots),
 // so that the workload tables it copies (the first change to each copies
 // it) are sized for them once, rather than grown step by step: growing a
 // table leaves its earlier, smaller copies behind for the garbage
