@@ -189,21 +189,33 @@ func bindNoPort(_, _ string, c syscall.RawConn) error {
 // lowestPriority gives every thread of this process the lowest scheduling
 // priority (nice 19). Linux keeps nice values per thread and a new thread
 // starts with its creator's, so once every thread has it, every thread the
-// runtime starts later has it too. It returns the first failure.
+// runtime starts later has it too. A thread that a thread not yet reniced
+// starts while a pass runs is missed by that pass, so passes repeat until
+// one lists no thread the earlier ones had not seen. It returns the first
+// failure.
 func lowestPriority() error {
-	tasks, err := os.ReadDir("/proc/self/task")
-	if err != nil {
-		return err
-	}
-	for _, t := range tasks {
-		tid, err := strconv.Atoi(t.Name())
+	seen := map[int]bool{}
+	for range 1000 {
+		tasks, err := os.ReadDir("/proc/self/task")
 		if err != nil {
-			continue
+			return err
 		}
-		// A thread that exited since the listing is gone: not a failure.
-		if err := unix.Setpriority(unix.PRIO_PROCESS, tid, 19); err != nil && !errors.Is(err, unix.ESRCH) {
-			return fmt.Errorf("setpriority thread %d: %w", tid, err)
+		fresh := false
+		for _, t := range tasks {
+			tid, err := strconv.Atoi(t.Name())
+			if err != nil {
+				continue
+			}
+			fresh = fresh || !seen[tid]
+			seen[tid] = true
+			// A thread that exited since the listing is gone: not a failure.
+			if err := unix.Setpriority(unix.PRIO_PROCESS, tid, 19); err != nil && !errors.Is(err, unix.ESRCH) {
+				return fmt.Errorf("setpriority thread %d: %w", tid, err)
+			}
+		}
+		if !fresh {
+			return nil
 		}
 	}
-	return nil
+	return errors.New("setpriority: threads kept starting faster than they were reniced")
 }

@@ -5,7 +5,9 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -94,6 +96,55 @@ func TestXDSRoleStandsOffTheNode(t *testing.T) {
 	for tid, n := range threadNice(t, x.pid()) {
 		if n != 19 {
 			t.Errorf("thread %d of the xds role at nice %d, want 19", tid, n)
+		}
+	}
+}
+
+// TestLowestPriorityWhileThreadsStart: lowestPriority leaves no thread at
+// nice 0 even while the runtime starts threads during the renice (as it does
+// while a role starts up). Goroutines that lock their thread and exit make
+// the runtime start a new thread each time, from whichever thread runs; a
+// single pass over /proc/self/task misses those started by a thread it had
+// not reniced yet. It runs in a child process, which it makes nice 19.
+func TestLowestPriorityWhileThreadsStart(t *testing.T) {
+	if os.Getenv("BENCH_HELPER_RENICE") != "" {
+		stop := make(chan struct{})
+		for range 16 {
+			go func() {
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					done := make(chan struct{})
+					go func() {
+						runtime.LockOSThread() // exits locked: the thread ends with it
+						close(done)
+					}()
+					<-done
+				}
+			}()
+		}
+		time.Sleep(20 * time.Millisecond)
+		err := lowestPriority()
+		time.Sleep(20 * time.Millisecond) // threads started after it must inherit 19
+		close(stop)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for tid, n := range threadNice(t, os.Getpid()) {
+			if n != 19 {
+				t.Errorf("thread %d at nice %d, want 19", tid, n)
+			}
+		}
+		return
+	}
+	for i := range 20 {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestLowestPriorityWhileThreadsStart$", "-test.count=1")
+		cmd.Env = append(os.Environ(), "BENCH_HELPER_RENICE=1")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("run %d: %v\n%s", i, err, out)
 		}
 	}
 }
