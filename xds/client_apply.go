@@ -122,12 +122,13 @@ func nackMessage(rejects []rejection) string {
 	return b.String()
 }
 
-// newWorkloads counts the workloads of ok that held has no version of: those
-// a batch makes room for (an update takes the slot it had).
-func newWorkloads(held map[string]string, ok []decoded) int {
+// newNames counts the resources of ok (only the workloads if workloads) that
+// held has no version of: those a table makes room for, since an update
+// takes the slot it had.
+func newNames(held map[string]string, ok []decoded, workloads bool) int {
 	n := 0
 	for _, d := range ok {
-		if _, seen := held[d.name]; d.w != nil && !seen {
+		if _, seen := held[d.name]; !seen && (d.w != nil || !workloads) {
 			n++
 		}
 	}
@@ -141,7 +142,7 @@ func (c *Client) apply(typeURL string, held map[string]string, ok []decoded, rem
 	refused := make([]bool, len(ok))
 	c.cfg.Store.Update(func(b *state.Batch) {
 		if typeURL == AddressTypeURL {
-			b.Reserve(newWorkloads(held, ok))
+			b.Reserve(newNames(held, ok, true))
 		}
 		for _, name := range removed {
 			if _, ours := held[name]; !ours {
@@ -179,10 +180,10 @@ func (c *Client) apply(typeURL string, held map[string]string, ok []decoded, rem
 	for _, name := range removed {
 		delete(held, name)
 	}
-	if len(ok) > len(held)/8 && len(ok) >= relaxGCMin {
+	if added := newNames(held, ok, false); added > len(held)/8 && added >= relaxGCMin {
 		// Sized once for a large push, rather than grown step by step.
 		// held is the map of c.held, so it is replaced there.
-		grown := make(map[string]string, len(held)+len(ok))
+		grown := make(map[string]string, len(held)+added)
 		for k, v := range held {
 			grown[k] = v
 		}

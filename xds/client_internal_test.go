@@ -88,10 +88,11 @@ func TestNACKMessageBounded(t *testing.T) {
 
 // TestRepushKeepsTableSizes: istiod sending every workload again in a new
 // version leaves the store's live heap near where the first push left it.
-// The batch is told to make room only for workloads that are new; room for
-// the whole push again doubled the workload tables (37% more live heap here),
-// and maps.Clone keeps that size in every later snapshot. What remains (12%)
-// is in the cloned tables and the second response's strings.
+// The batch and the client's table of versions make room only for names
+// that are new. Room for the whole push again doubled the store's workload
+// tables (37% more live heap here; maps.Clone keeps that size in every later
+// snapshot) and the versions table (12%). What remains (6%) is in the
+// cloned tables and the second response's strings.
 func TestRepushKeepsTableSizes(t *testing.T) {
 	const n = 20_000
 	st := state.NewStore(state.Config{})
@@ -127,8 +128,8 @@ func TestRepushKeepsTableSizes(t *testing.T) {
 	if got, _, _ := st.Snapshot().Counts(); got != n { // keeps the store live through live()
 		t.Fatalf("%d workloads after the second push, want %d", got, n)
 	}
-	if second > first+first/5 {
-		t.Errorf("live heap grew by %d B after the same %d workloads again, %d B after the first push: more than 20%% more", second, n, first)
+	if second > first+first/10 {
+		t.Errorf("live heap grew by %d B after the same %d workloads again, %d B after the first push: more than 10%% more", second, n, first)
 	}
 	runtime.KeepAlive(c)
 }
