@@ -206,7 +206,7 @@ func (c *conn) connect(ctx context.Context, authority string, h http.Header, e *
 	if e == nil {
 		if err := s.awaitResponse(ctx); err != nil {
 			s.Close()
-			return nil, err
+			return nil, unanswered(err, 0)
 		}
 		return cs, nil
 	}
@@ -216,12 +216,7 @@ func (c *conn) connect(ctx context.Context, authority string, h http.Header, e *
 	}
 	if err := s.awaitResponse(ctx); err != nil {
 		s.Close() // fails the early sender's writes and window waits
-		if e.halt() > 0 && errors.Is(err, ErrConnClosed) {
-			// Lost unanswered with bytes sent: the server may have
-			// delivered them, so a retry could deliver them twice.
-			return nil, fmt.Errorf("hbone: connection lost before the response, after early bytes: %w", ErrConnClosed)
-		}
-		return nil, err
+		return nil, unanswered(err, e.halt())
 	}
 	e.halt()
 	if err := e.finish(cs); err != nil {
@@ -266,7 +261,24 @@ func (c *conn) open(s *stream, fields []hpack.HeaderField, first []byte) (win in
 	return win, int(n), nil
 }
 
-// awaitResponse waits for the final response to the CONNECT.
+// unanswered is Connect's error for a stream that got no response, given
+// the early bytes it sent. A connection lost first left the request
+// unprocessed, safe to retry elsewhere (ErrRefused), unless early bytes went
+// out on it: the server may have delivered them, and a retry could deliver
+// them twice.
+func unanswered(err error, early int) error {
+	switch {
+	case !errors.Is(err, ErrConnClosed):
+		return err
+	case early > 0:
+		return fmt.Errorf("hbone: connection lost before the response, after early bytes: %w", err)
+	default:
+		return fmt.Errorf("%w: %w", ErrRefused, err)
+	}
+}
+
+// awaitResponse waits for the final response to the CONNECT; a connection
+// lost first fails it with ErrConnClosed (see unanswered).
 func (s *stream) awaitResponse(ctx context.Context) error {
 	s.mu.Lock()
 	for s.flags&fResponded == 0 && s.rerr == nil {
@@ -284,9 +296,6 @@ func (s *stream) awaitResponse(ctx context.Context) error {
 		var re *ResetError
 		switch err := s.rerr; {
 		case errors.As(err, &re) && re.Remote && re.Code == http2.ErrCodeRefusedStream:
-			return fmt.Errorf("%w: %w", ErrRefused, err)
-		case errors.Is(err, ErrConnClosed):
-			// The stream was never answered; retrying elsewhere is safe.
 			return fmt.Errorf("%w: %w", ErrRefused, err)
 		case err == io.EOF:
 			return errMalformed // reset with NO_ERROR/CANCEL before answering
