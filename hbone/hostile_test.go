@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -682,4 +683,70 @@ func TestServerIdleTimeout(t *testing.T) {
 		default:
 		}
 	})
+}
+
+// TestSlotFreeWhenEndLeaves: a client at the server's stream limit may open
+// its next stream as soon as it reads the end of one, however late the
+// goroutine that ended it runs on: the server releases the stream's slot
+// before its END_STREAM or RST_STREAM can reach the client. testHookEnded
+// holds that goroutine right after the ending frame left (or was queued),
+// and the client opens stream 3 meanwhile.
+func TestSlotFreeWhenEndLeaves(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		status string
+		ending func(r *hbonetest.Peer) // the client's side of stream 1's end
+	}{
+		{"END_STREAM", "200", func(r *hbonetest.Peer) {
+			r.Must(r.Framer.WriteData(1, true, nil))
+			r.WantEnd(1)
+		}},
+		{"RST_STREAM", "200", func(r *hbonetest.Peer) { r.WantRST(1, http2.ErrCodeCancel) }},
+		{"non-200 answer", "403", func(r *hbonetest.Peer) { r.WantRST(1, http2.ErrCodeNo) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hold := make(chan struct{})
+			release := sync.OnceFunc(func() { close(hold) })
+			defer release()
+			hook := func(id uint32) {
+				if id == 1 {
+					<-hold
+				}
+			}
+			testHookEnded.Store(&hook)
+			defer testHookEnded.Store(nil)
+			srv := &Server{Config: Config{MaxConcurrentStreams: 1}, Handler: func(s *ServerStream) {
+				if tc.status == "403" {
+					s.Respond(http.StatusForbidden, nil) // HEADERS END_STREAM, RST_STREAM NO_ERROR
+					return
+				}
+				s.Respond(http.StatusOK, nil)
+				if tc.name == "END_STREAM" {
+					io.Copy(io.Discard, s) // both ends: the stream is closed
+					s.CloseWrite()
+					return
+				}
+				s.Close() // RST_STREAM CANCEL
+			}}
+			r, _ := rawServer(t, srv)
+			r.Handshake()
+			r.Connect(1, rawTarget)
+			r.WantStatus(1, tc.status)
+			tc.ending(r)
+			// The server reads frames in order and queues its answers in
+			// order: a refusal of stream 3 comes before the PING's ack.
+			// Stream 3's handler itself waits for stream 1's to return.
+			r.Connect(3, rawTarget)
+			r.Must(r.Framer.WritePing(false, [8]byte{3}))
+			f := r.Want(func(f hbonetest.Frame) bool {
+				return f.Type == http2.FrameGoAway || f.Type == http2.FramePing && f.Flags.Has(http2.FlagPingAck) ||
+					f.Stream == 3 && f.Type == http2.FrameRSTStream
+			})
+			release()
+			if f.Type != http2.FramePing {
+				t.Fatalf("stream 3, opened once stream 1 had ended: %v %v, want it served (the server still counted stream 1)", f.Type, f.Code)
+			}
+			r.WantStatus(3, tc.status)
+		})
+	}
 }

@@ -491,20 +491,13 @@ func (s *ServerStream) Respond(status int, h http.Header) error {
 func (s *ServerStream) writeResponse(fields []hpack.HeaderField, end bool) error {
 	c := s.c
 	c.lockWrite()
-	if end {
-		s.mu.Lock()
-		s.flags |= fLocalEnded
-		s.mu.Unlock()
-	}
 	if c.werr == nil {
 		c.werr = c.writeHeadersLocked(s.id, end, fields)
 	}
-	if err := c.unlockWrite(); err != nil {
-		c.fail(err)
-		return s.writeErr()
-	}
+	idle := false
 	if end {
 		s.mu.Lock()
+		s.flags |= fLocalEnded
 		sending := s.flags&(fRemoteEnded|fResetRecv|fResetSent) == 0
 		if sending {
 			s.flags |= fResetSent
@@ -515,10 +508,20 @@ func (s *ServerStream) writeResponse(fields []hpack.HeaderField, end bool) error
 		s.discardLocked()
 		s.wakeLocked()
 		s.mu.Unlock()
+		// Settled before the flush puts the answer on the wire (see
+		// settle); the reset follows the HEADERS.
+		idle = c.settle(&s.stream)
 		if sending {
 			c.queueCtrl(ctrlFrame{kind: ctrlRST, stream: s.id, code: http2.ErrCodeNo})
 		}
-		c.streamUpdate(&s.stream)
+	}
+	if err := c.unlockWrite(); err != nil {
+		c.fail(err)
+		return s.writeErr()
+	}
+	if end {
+		runTestHookEnded(s.id)
+		c.settled(idle)
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -279,6 +280,17 @@ func (s *stream) CloseWrite() error {
 	return s.endWrite()
 }
 
+// testHookEnded, when set (by a test), runs on the goroutine that ended
+// stream id, once its END_STREAM is flushed (endWrite, a non-200 answer) or
+// its RST_STREAM queued (closeWith).
+var testHookEnded atomic.Pointer[func(id uint32)]
+
+func runTestHookEnded(id uint32) {
+	if h := testHookEnded.Load(); h != nil {
+		(*h)(id)
+	}
+}
+
 // endWrite sends an empty DATA frame with END_STREAM and records it.
 func (s *stream) endWrite() error {
 	c := s.c
@@ -295,11 +307,13 @@ func (s *stream) endWrite() error {
 	if c.werr == nil {
 		c.werr = c.writeDataLocked(s.id, true, nil)
 	}
+	idle := c.settle(s) // before the flush puts END_STREAM on the wire
 	if err := c.unlockWrite(); err != nil {
 		c.fail(err)
 		return s.writeErr()
 	}
-	c.streamUpdate(s)
+	runTestHookEnded(s.id)
+	c.settled(idle)
 	return nil
 }
 
@@ -328,15 +342,17 @@ func (s *stream) closeWith(code http2.ErrCode) error {
 	s.stopTimersLocked()
 	s.wakeLocked()
 	s.discardLocked()
-	if rst {
-		s.c.queueCtrl(ctrlFrame{kind: ctrlRST, stream: s.id, code: code})
-	}
 	run := s.pushReadyLocked()
 	s.mu.Unlock()
+	idle := s.c.settle(s) // before the RST_STREAM is queued for the flusher
+	if rst {
+		s.c.queueCtrl(ctrlFrame{kind: ctrlRST, stream: s.id, code: code})
+		runTestHookEnded(s.id)
+	}
 	if run {
 		s.pushOut(false)
 	}
-	s.c.streamUpdate(s)
+	s.c.settled(idle)
 	return nil
 }
 
@@ -368,11 +384,12 @@ func (s *stream) resetLocal(code http2.ErrCode) {
 	s.wakeLocked()
 	run := s.pushReadyLocked()
 	s.mu.Unlock()
+	idle := s.c.settle(s) // before the RST_STREAM is queued for the flusher
 	s.c.queueCtrl(ctrlFrame{kind: ctrlRST, stream: s.id, code: code})
 	if run {
 		s.pushOut(false)
 	}
-	s.c.streamUpdate(s)
+	s.c.settled(idle)
 }
 
 // resetRemote records the peer's RST_STREAM. NO_ERROR and CANCEL read as EOF
@@ -545,7 +562,14 @@ func (s *stream) refuse() {
 // gave up. The peer and we then agree on the count, so a client within the
 // limit is never refused. Handlers that run on after a reset are bounded
 // separately (openServerStream).
-func (c *conn) streamUpdate(s *stream) {
+func (c *conn) streamUpdate(s *stream) { c.settled(c.settle(s)) }
+
+// settle is streamUpdate's bookkeeping; settled runs what it found due
+// (idle: the connection's last stream was released). A stream that ends
+// itself settles before its ending frame can leave, under the write lock
+// or before the RST_STREAM is queued: a client that reads the end may open
+// its next stream at once, and the slot must be free by then.
+func (c *conn) settle(s *stream) (idle bool) {
 	s.mu.Lock()
 	f := s.flags
 	both := f&(fLocalEnded|fRemoteEnded) == fLocalEnded|fRemoteEnded
@@ -560,7 +584,7 @@ func (c *conn) streamUpdate(s *stream) {
 	}
 	s.mu.Unlock()
 	if !remove && !release {
-		return
+		return false
 	}
 	c.mu.Lock()
 	if remove && c.streams[s.id] == s {
@@ -572,12 +596,23 @@ func (c *conn) streamUpdate(s *stream) {
 			c.lastStream = time.Now()
 		}
 	}
-	idle := release && c.active == 0 && c.err == nil
-	onIdle := c.onIdle
+	idle = release && c.active == 0 && c.err == nil
 	c.wakeStateLocked()
 	c.mu.Unlock()
-	if idle && onIdle != nil {
-		onIdle()
+	return idle
+}
+
+// settled calls the connection's idle callback if idle, and closes a
+// connection told to go away once no stream is left. It takes no lock of
+// the caller's: the callback may close the connection.
+func (c *conn) settled(idle bool) {
+	if idle {
+		c.mu.Lock()
+		onIdle := c.onIdle
+		c.mu.Unlock()
+		if onIdle != nil {
+			onIdle()
+		}
 	}
 	c.maybeFinish()
 }
