@@ -2,6 +2,7 @@ package state
 
 import (
 	"net/netip"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -313,5 +314,26 @@ func TestFindWorkload(t *testing.T) {
 	st.Update(func(bt *Batch) { bt.RemoveWorkload(a.UID) })
 	if w := st.Snapshot().FindWorkload("", "ns", "a", ""); w != nil {
 		t.Errorf("FindWorkload after removal = %v, want nil", w.UID)
+	}
+}
+
+// TestWlist: an index entry holds one workload inline and more in a slice
+// of its own, yields them in order, and keeps nothing of the slice it was
+// made from.
+func TestWlist(t *testing.T) {
+	a, b, c := pod("ns", "a", "10.0.0.1"), pod("ns", "b", "10.0.0.2"), pod("ns", "c", "10.0.0.3")
+	for _, want := range [][]*Workload{nil, {a}, {a, b, c}} {
+		src := slices.Clone(want)
+		l := makeWlist(src)
+		clear(src) // a caller's buffer, reused
+		if got := slices.Collect(l.all()); !slices.Equal(got, want) {
+			t.Errorf("all() = %v, want %v", got, want)
+		}
+		if got := l.appendTo([]*Workload{c}); !slices.Equal(got, append([]*Workload{c}, want...)) {
+			t.Errorf("appendTo = %v, want %v after the prefix", got, want)
+		}
+		if len(want) <= 1 && l.more != nil {
+			t.Errorf("a list of %d allocated a slice", len(want))
+		}
 	}
 }

@@ -50,8 +50,8 @@ var _ rbac.SetSource = (*Snapshot)(nil)
 type Snapshot struct {
 	gen        uint64
 	workloads  map[string]*Workload
-	byIP       map[ipKey][]*Workload
-	byName     map[nameKey][]*Workload
+	byIP       map[ipKey]wlist
+	byName     map[nameKey]wlist
 	services   map[string]*Service
 	byVIP      map[ipKey][]string
 	cidrs      []cidrEntry
@@ -86,8 +86,8 @@ func (s *Snapshot) Changes() Changes { return s.changes }
 func emptySnapshot() *Snapshot {
 	return &Snapshot{
 		workloads:  map[string]*Workload{},
-		byIP:       map[ipKey][]*Workload{},
-		byName:     map[nameKey][]*Workload{},
+		byIP:       map[ipKey]wlist{},
+		byName:     map[nameKey]wlist{},
 		services:   map[string]*Service{},
 		byVIP:      map[ipKey][]string{},
 		byHostname: map[string][]*Service{},
@@ -106,11 +106,7 @@ func (s *Snapshot) Generation() uint64 { return s.gen }
 // address, a Pod speaking HBONE is preferred, then a Pod, then HBONE, then
 // any (SPEC §3.4), ties broken by uid.
 func (s *Snapshot) WorkloadByIP(network string, ip netip.Addr) *Workload {
-	l := s.byIP[ipKey{network, ip.Unmap()}]
-	if len(l) == 0 {
-		return nil
-	}
-	return l[0]
+	return s.byIP[ipKey{network, ip.Unmap()}].first
 }
 
 // WorkloadByUID returns the workload with the given uid, or nil.
@@ -125,7 +121,7 @@ func (s *Snapshot) FindWorkload(node, namespace, name, serviceAccount string) *W
 	if serviceAccount == "" {
 		serviceAccount = DefaultServiceAccount
 	}
-	for _, w := range s.byName[nameKey{namespace, name}] {
+	for w := range s.byName[nameKey{namespace, name}].all() {
 		if (node == "" || w.Node == node) && (w.ServiceAccount == serviceAccount ||
 			(w.ServiceAccount == "" && serviceAccount == DefaultServiceAccount)) {
 			return w
