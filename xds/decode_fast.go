@@ -419,7 +419,12 @@ func (c *decodeCache) convert(r *rawWorkload, wb []byte, name string) (*state.Wo
 	if len(uid) == 0 || string(uid) != name {
 		return nil, false
 	}
-	w := &state.Workload{
+	// One allocation for the workload and, in the usual case of one
+	// address, its address: one object less per workload for the
+	// collector to mark.
+	wa := new(workloadAlloc)
+	w := &wa.w
+	*w = state.Workload{
 		UID:               name,
 		Namespace:         in.bytes(r.str[wNamespace]),
 		Network:           in.bytes(r.str[wNetwork]),
@@ -447,15 +452,18 @@ func (c *decodeCache) convert(r *rawWorkload, wb []byte, name string) (*state.Wo
 		workloadapi.WorkloadStatus(r.enum[wStatus]), workloadapi.NetworkMode(r.enum[wNetworkMode]), w); err != nil {
 		return nil, false
 	}
-	if r.naddrs > 0 {
+	switch {
+	case r.naddrs == 1:
+		w.Addresses = wa.addr[:1:1]
+	case r.naddrs > 1:
 		w.Addresses = make([]netip.Addr, r.naddrs)
-		for i, a := range r.addrs[:r.naddrs] {
-			ip, err := pbAddr(a)
-			if err != nil {
-				return nil, false
-			}
-			w.Addresses[i] = ip
+	}
+	for i, a := range r.addrs[:r.naddrs] {
+		ip, err := pbAddr(a)
+		if err != nil {
+			return nil, false
 		}
+		w.Addresses[i] = ip
 	}
 	var ok bool
 	if r.hasWaypoint {
@@ -489,6 +497,12 @@ func (c *decodeCache) convert(r *rawWorkload, wb []byte, name string) (*state.Wo
 		}
 	}
 	return w, true
+}
+
+// workloadAlloc is a decoded workload with room for one address beside it.
+type workloadAlloc struct {
+	w    state.Workload
+	addr [1]netip.Addr
 }
 
 // suffixOr returns s as a string, sharing uid's bytes when uid ends with s
