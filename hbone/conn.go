@@ -278,8 +278,9 @@ func (c *conn) failConn(err error, linger bool) {
 
 // closeWithError ends the connection with a final GOAWAY carrying code (RFC
 // 9113 §5.4.1), giving the write at most goAwayTimeout, then fails it with
-// err. It may block that long, so the read loop, timers and callers of Close
-// use it; never call it holding locks.
+// err. It may block that long; the PING timer uses it, never holding locks.
+// The read loop, done reading, instead writes the GOAWAY itself and fails
+// with linger (finish).
 func (c *conn) closeWithError(code http2.ErrCode, err error) {
 	c.writeFinalGoAway(code)
 	c.fail(err)

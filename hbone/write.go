@@ -164,9 +164,10 @@ type closeWriter interface{ CloseWrite() error }
 // or drainBudget bytes were thrown away. Closing over unread bytes at once
 // makes the kernel send RST instead of FIN and drop what is still in the send
 // queue, the GOAWAY included; the peer that broke a limit, by flooding frames,
-// is the one that keeps writing. x/net's server likewise reads on for
-// goAwayTimeout after an error GOAWAY; the budget stops a peer that never
-// looks at what we send from having us read its flood for that long.
+// is the one that keeps writing. x/net's server likewise closes only
+// goAwayTimeout (1 s) after an error GOAWAY, for this reason (http2/server.go,
+// golang.org/issue/18701); the budget stops a peer that never looks at what
+// we send from having us read its flood for that long.
 func (c *conn) drainAfterGoAway() {
 	if cw, ok := c.nc.(closeWriter); ok {
 		cw.CloseWrite()
