@@ -494,7 +494,7 @@ func (s *ServerStream) writeResponse(fields []hpack.HeaderField, end bool) error
 	if c.werr == nil {
 		c.werr = c.writeHeadersLocked(s.id, end, fields)
 	}
-	idle := false
+	var st settling
 	if end {
 		s.mu.Lock()
 		s.flags |= fLocalEnded
@@ -510,7 +510,7 @@ func (s *ServerStream) writeResponse(fields []hpack.HeaderField, end bool) error
 		s.mu.Unlock()
 		// Settled before the flush puts the answer on the wire (see
 		// settle); the reset follows the HEADERS.
-		idle = c.settle(&s.stream)
+		st = c.settle(&s.stream)
 		if sending {
 			c.queueCtrl(ctrlFrame{kind: ctrlRST, stream: s.id, code: http2.ErrCodeNo})
 		}
@@ -521,7 +521,7 @@ func (s *ServerStream) writeResponse(fields []hpack.HeaderField, end bool) error
 	}
 	if end {
 		runTestHookEnded(s.id)
-		c.settled(idle)
+		c.settled(st)
 	}
 	return nil
 }

@@ -307,13 +307,13 @@ func (s *stream) endWrite() error {
 	if c.werr == nil {
 		c.werr = c.writeDataLocked(s.id, true, nil)
 	}
-	idle := c.settle(s) // before the flush puts END_STREAM on the wire
+	st := c.settle(s) // before the flush puts END_STREAM on the wire
 	if err := c.unlockWrite(); err != nil {
 		c.fail(err)
 		return s.writeErr()
 	}
 	runTestHookEnded(s.id)
-	c.settled(idle)
+	c.settled(st)
 	return nil
 }
 
@@ -344,7 +344,7 @@ func (s *stream) closeWith(code http2.ErrCode) error {
 	s.discardLocked()
 	run := s.pushReadyLocked()
 	s.mu.Unlock()
-	idle := s.c.settle(s) // before the RST_STREAM is queued for the flusher
+	st := s.c.settle(s) // before the RST_STREAM is queued for the flusher
 	if rst {
 		s.c.queueCtrl(ctrlFrame{kind: ctrlRST, stream: s.id, code: code})
 		runTestHookEnded(s.id)
@@ -352,7 +352,7 @@ func (s *stream) closeWith(code http2.ErrCode) error {
 	if run {
 		s.pushOut(false)
 	}
-	s.c.settled(idle)
+	s.c.settled(st)
 	return nil
 }
 
@@ -384,12 +384,12 @@ func (s *stream) resetLocal(code http2.ErrCode) {
 	s.wakeLocked()
 	run := s.pushReadyLocked()
 	s.mu.Unlock()
-	idle := s.c.settle(s) // before the RST_STREAM is queued for the flusher
+	st := s.c.settle(s) // before the RST_STREAM is queued for the flusher
 	s.c.queueCtrl(ctrlFrame{kind: ctrlRST, stream: s.id, code: code})
 	if run {
 		s.pushOut(false)
 	}
-	s.c.settled(idle)
+	s.c.settled(st)
 }
 
 // resetRemote records the peer's RST_STREAM. NO_ERROR and CANCEL read as EOF
@@ -564,12 +564,20 @@ func (s *stream) refuse() {
 // separately (openServerStream).
 func (c *conn) streamUpdate(s *stream) { c.settled(c.settle(s)) }
 
-// settle is streamUpdate's bookkeeping; settled runs what it found due
-// (idle: the connection's last stream was released). A stream that ends
-// itself settles before its ending frame can leave, under the write lock
-// or before the RST_STREAM is queued: a client that reads the end may open
-// its next stream at once, and the slot must be free by then.
-func (c *conn) settle(s *stream) (idle bool) {
+// settling is what settle changed, for settled: whether the stream left
+// the map or released its slot, and the idle callback to run if that left
+// the connection without streams.
+type settling struct {
+	changed bool
+	onIdle  func()
+}
+
+// settle is streamUpdate's bookkeeping; settled runs what it found due. A
+// stream that ends itself settles before its ending frame can leave, under
+// the write lock or before the RST_STREAM is queued: a client that reads
+// the end may open its next stream at once, and the slot must be free by
+// then.
+func (c *conn) settle(s *stream) settling {
 	s.mu.Lock()
 	f := s.flags
 	both := f&(fLocalEnded|fRemoteEnded) == fLocalEnded|fRemoteEnded
@@ -584,7 +592,7 @@ func (c *conn) settle(s *stream) (idle bool) {
 	}
 	s.mu.Unlock()
 	if !remove && !release {
-		return false
+		return settling{}
 	}
 	c.mu.Lock()
 	if remove && c.streams[s.id] == s {
@@ -596,23 +604,24 @@ func (c *conn) settle(s *stream) (idle bool) {
 			c.lastStream = time.Now()
 		}
 	}
-	idle = release && c.active == 0 && c.err == nil
+	st := settling{changed: true}
+	if release && c.active == 0 && c.err == nil {
+		st.onIdle = c.onIdle
+	}
 	c.wakeStateLocked()
 	c.mu.Unlock()
-	return idle
+	return st
 }
 
-// settled calls the connection's idle callback if idle, and closes a
-// connection told to go away once no stream is left. It takes no lock of
-// the caller's: the callback may close the connection.
-func (c *conn) settled(idle bool) {
-	if idle {
-		c.mu.Lock()
-		onIdle := c.onIdle
-		c.mu.Unlock()
-		if onIdle != nil {
-			onIdle()
-		}
+// settled calls the connection's idle callback if the stream left it idle,
+// and closes a connection told to go away once no stream is left. The
+// caller must hold no lock: the callback may close the connection.
+func (c *conn) settled(st settling) {
+	if !st.changed {
+		return
+	}
+	if st.onIdle != nil {
+		st.onIdle()
 	}
 	c.maybeFinish()
 }
