@@ -122,17 +122,19 @@ func nackMessage(rejects []rejection) string {
 	return b.String()
 }
 
-// newNames counts the resources of ok (only the workloads if workloads) that
-// held has no version of: those a table makes room for, since an update
-// takes the slot it had.
-func newNames(held map[string]string, ok []decoded, workloads bool) int {
-	n := 0
+// newNames counts the resources of ok that held has no version of, all of
+// them and the workloads among them: the room the version table and the
+// store's workload tables need (an update takes the slot it had).
+func newNames(held map[string]string, ok []decoded) (all, workloads int) {
 	for _, d := range ok {
-		if _, seen := held[d.name]; !seen && (d.w != nil || !workloads) {
-			n++
+		if _, seen := held[d.name]; !seen {
+			all++
+			if d.w != nil {
+				workloads++
+			}
 		}
 	}
-	return n
+	return all, workloads
 }
 
 // apply inserts ok and removes removed in one batch (removals first, so a
@@ -140,9 +142,10 @@ func newNames(held map[string]string, ok []decoded, workloads bool) int {
 // Only names in held are removed from the store. It returns rejects extended with the resources the store refused.
 func (c *Client) apply(typeURL string, held map[string]string, ok []decoded, removed []string, rejects []rejection) []rejection {
 	refused := make([]bool, len(ok))
+	added, addedWorkloads := newNames(held, ok)
 	c.cfg.Store.Update(func(b *state.Batch) {
 		if typeURL == AddressTypeURL {
-			b.Reserve(newNames(held, ok, true))
+			b.Reserve(addedWorkloads)
 		}
 		for _, name := range removed {
 			if _, ours := held[name]; !ours {
@@ -180,7 +183,7 @@ func (c *Client) apply(typeURL string, held map[string]string, ok []decoded, rem
 	for _, name := range removed {
 		delete(held, name)
 	}
-	if added := newNames(held, ok, false); added > len(held)/8 && added >= relaxGCMin {
+	if added > len(held)/8 && added >= relaxGCMin {
 		// Sized once for a large push, rather than grown step by step.
 		// held is the map of c.held, so it is replaced there.
 		grown := make(map[string]string, len(held)+added)
