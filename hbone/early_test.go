@@ -21,6 +21,12 @@ const earlyIP = "127.93.0.1"
 // tcpPairOn returns two connected TCP conns on ip: client end, server end.
 func tcpPairOn(t testing.TB, ip string) (*net.TCPConn, *net.TCPConn) {
 	t.Helper()
+	return tcpPairVia(t, ip, &net.Dialer{})
+}
+
+// tcpPairVia is tcpPairOn with the client end dialed by d.
+func tcpPairVia(t testing.TB, ip string, d *net.Dialer) (*net.TCPConn, *net.TCPConn) {
+	t.Helper()
 	ln, err := net.Listen("tcp", ip+":0")
 	if err != nil {
 		t.Fatal(err)
@@ -31,7 +37,7 @@ func tcpPairOn(t testing.TB, ip string) (*net.TCPConn, *net.TCPConn) {
 		c, _ := ln.Accept()
 		ch <- c
 	}()
-	cn, err := net.Dial("tcp", ln.Addr().String())
+	cn, err := d.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -394,20 +400,9 @@ func TestConnectEarlyTryRead(t *testing.T) {
 
 // heldSource holds bytes that TryRead returns at once, as much as fits,
 // and Read the rest of, then EOF.
-type heldSource struct{ b []byte }
+type heldSource struct{ failingSource }
 
 func (s *heldSource) TryRead(p []byte) (int, error) { return s.Read(p) }
-
-func (s *heldSource) Read(p []byte) (int, error) {
-	if len(s.b) == 0 {
-		return 0, io.EOF
-	}
-	n := copy(p, s.b)
-	s.b = s.b[n:]
-	return n, nil
-}
-
-func (s *heldSource) SetReadDeadline(time.Time) error { return nil }
 
 // TestConnectEarlyBeyondFirstRead: when the bytes a source already holds
 // fill TryRead's whole buffer, the rest is read and sent before the
@@ -415,7 +410,7 @@ func (s *heldSource) SetReadDeadline(time.Time) error { return nil }
 func TestConnectEarlyBeyondFirstRead(t *testing.T) {
 	cc, r := rawServerPeerOn(t, earlyIP, Config{}, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 64 << 10})
 	all := payload(4, earlyFirstBuf+1000)
-	connected := connectEarlyAsync(t, cc, r, &heldSource{b: all})
+	connected := connectEarlyAsync(t, cc, r, &heldSource{failingSource{b: all, err: io.EOF}})
 	got := r.WantData(1, len(all))
 	r.Headers(1, false, ":status", "200")
 	s := connected()

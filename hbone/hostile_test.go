@@ -273,34 +273,15 @@ func TestFloods(t *testing.T) {
 // that queue. The peer reads only after ServeConn returned, so the test does
 // not depend on which side is quicker.
 func TestGoAwayReachesFloodingPeer(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, _ := ln.Accept()
-		accepted <- c
-	}()
 	// The buffer is set before connecting, so the window the peer
 	// advertises is small from the first segment on.
-	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+	cn, sn := tcpPairVia(t, "127.0.0.1", &net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
 		var serr error
 		err := rc.Control(func(fd uintptr) {
 			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 1)
 		})
 		return errors.Join(err, serr)
-	}}
-	cn, err := d.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cn.Close()
-	sn := <-accepted
-	if sn == nil {
-		t.Fatal("accept failed")
-	}
+	}})
 	srv := &Server{Handler: func(s *ServerStream) { s.Respond(http.StatusOK, nil); s.Close() }}
 	served := make(chan error, 1)
 	go func() { served <- srv.ServeConn(context.Background(), sn) }()
