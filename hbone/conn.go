@@ -241,6 +241,9 @@ func (c *conn) failConn(err error, linger bool) {
 	c.mu.Lock()
 	if c.err != nil {
 		c.mu.Unlock()
+		// Failed already; if it lingers, a later fail (Close, a canceled
+		// context) ends the drain now. The socket is read by nothing else.
+		_ = c.nc.SetReadDeadline(time.Unix(1, 0))
 		return
 	}
 	c.err = err
