@@ -264,21 +264,29 @@ func TestPoolEarlyRetryResends(t *testing.T) {
 	}
 }
 
-// TestPoolEarlyLostNotRetried: a connection lost, unanswered, after the
-// stream took early bytes is not retried (the server may have delivered
-// them); before any byte was sent it is, as for Connect.
-func TestPoolEarlyLostNotRetried(t *testing.T) {
-	var dials atomic.Int32
-	p := NewPool(PoolConfig{Dial: func(ctx context.Context, key Key) (*ClientConn, error) {
+// closingPool is a pool whose every connection goes to a raw server that
+// closes it, unanswered, once it has read a frame of type typ on stream 1;
+// dials counts the connections.
+func closingPool(t *testing.T, typ http2.FrameType) (p *Pool, dials *atomic.Int32) {
+	dials = new(atomic.Int32)
+	p = NewPool(PoolConfig{Dial: func(ctx context.Context, key Key) (*ClientConn, error) {
 		dials.Add(1)
 		cc, r := rawServerPeerOn(t, earlyIP, Config{})
 		go func() {
-			r.Want(func(f hbonetest.Frame) bool { return f.Type == http2.FrameData && f.Stream == 1 })
+			r.Want(func(f hbonetest.Frame) bool { return f.Type == typ && f.Stream == 1 })
 			r.Conn.Close()
 		}()
 		return cc, nil
 	}})
-	defer p.Close()
+	t.Cleanup(func() { p.Close() })
+	return p, dials
+}
+
+// TestPoolEarlyLostNotRetried: a connection lost, unanswered, after the
+// stream took early bytes is not retried (the server may have delivered
+// them); before any byte was sent it is, as for Connect.
+func TestPoolEarlyLostNotRetried(t *testing.T) {
+	p, dials := closingPool(t, http2.FrameData)
 	app, src := tcpPairOn(t, earlyIP)
 	app.Write([]byte("once only"))
 	_, err := p.ConnectEarly(t.Context(), testKey, "10.0.0.2:80", nil, src)
@@ -293,17 +301,7 @@ func TestPoolEarlyLostNotRetried(t *testing.T) {
 // TestPoolEarlyLostBeforeBytesRetried: a connection lost, unanswered, before
 // the stream took any early byte is retried on another one, as for Connect.
 func TestPoolEarlyLostBeforeBytesRetried(t *testing.T) {
-	var dials atomic.Int32
-	p := NewPool(PoolConfig{Dial: func(ctx context.Context, key Key) (*ClientConn, error) {
-		dials.Add(1)
-		cc, r := rawServerPeerOn(t, earlyIP, Config{})
-		go func() {
-			r.Want(func(f hbonetest.Frame) bool { return f.Type == http2.FrameHeaders && f.Stream == 1 })
-			r.Conn.Close()
-		}()
-		return cc, nil
-	}})
-	defer p.Close()
+	p, dials := closingPool(t, http2.FrameHeaders)
 	_, src := tcpPairOn(t, earlyIP) // the client sends nothing
 	if _, err := p.ConnectEarly(t.Context(), testKey, "10.0.0.2:80", nil, src); err == nil {
 		t.Fatal("ConnectEarly succeeded on connections that all close unanswered")
