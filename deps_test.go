@@ -26,9 +26,9 @@ var allowed = map[string][]string{
 	"xds":                       {"proxy/state", "rbac", "certs/identity", "istiod"},
 	"xds/xdsserver":             {"xds"},
 	"xds/xdstest":               {"xds", "xds/xdsserver"},
-	"hbone":                     {"certs", "certs/identity"},
+	"hbone":                     {"certs", "certs/identity", "internal/workers"},
 	"hbone/hbonetest":           {},
-	"proxy/relay":               {},
+	"proxy/relay":               {"internal/workers"},
 	"proxy/sockopt":             {},
 	"proxy/connmgr":             {"rbac", "proxy/state", "certs/identity"},
 	"proxy/dns":                 {"proxy/state", "certs/identity", "proxy/sockopt"},
@@ -37,7 +37,7 @@ var allowed = map[string][]string{
 	"deploy":                    {},
 	"deploy/image":              {},
 	"proxy": {"proxy/state", "proxy/relay", "proxy/sockopt", "proxy/connmgr", "proxy/dns",
-		"proxy/inpod", "hbone", "rbac", "certs", "certs/identity"},
+		"proxy/inpod", "hbone", "rbac", "certs", "certs/identity", "internal/workers"},
 	"bench": {"proxy", "proxy/state", "proxy/relay", "proxy/sockopt", "proxy/inpod", "hbone", "rbac",
 		"certs", "certs/identity", "certs/localca", "xds", "xds/xdsserver", "internal/runner"},
 	"tools":              {},
@@ -48,6 +48,7 @@ var allowed = map[string][]string{
 	"internal/tcptest":   {},
 	"internal/syncbuf":   {},
 	"internal/dnstest":   {},
+	"internal/workers":   {},
 }
 
 // stdlibOnly packages may import nothing outside the standard library, except

@@ -18,6 +18,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
 
+	"github.com/gozt/gozt/internal/workers"
 	"github.com/gozt/gozt/proxy/state"
 	"github.com/gozt/gozt/rbac"
 )
@@ -202,7 +203,7 @@ func TestRunQuickEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts child processes")
 	}
-	defer goleak.VerifyNone(t)
+	defer goleak.VerifyNone(t, goleak.IgnoreTopFunction(workers.IdleTop))
 	dir := t.TempDir()
 	jsonPath := filepath.Join(dir, "copy.json")
 	var stdout, stderr bytes.Buffer

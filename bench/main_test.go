@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/gozt/gozt/internal/workers"
 )
 
 // TestMain lets the test binary stand in for the gozt binary: the harness
@@ -25,5 +27,5 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction(workers.IdleTop))
 }

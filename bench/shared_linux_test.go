@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/gozt/gozt/internal/workers"
 )
 
 // requireRoot skips t, or fails it when GOZT_REQUIRE_ROOT=1 (CI), unless
@@ -37,7 +39,7 @@ func TestSharedScenario(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts child processes")
 	}
-	defer goleak.VerifyNone(t)
+	defer goleak.VerifyNone(t, goleak.IgnoreTopFunction(workers.IdleTop))
 	// Race-enabled children otherwise sleep 1 s at exit, and this test
 	// stops a dozen of them one after another.
 	t.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))

@@ -12,10 +12,12 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/gozt/gozt/internal/workers"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction(workers.IdleTop))
 }
 
 // testPair is a Server and a ClientConn connected over a real loopback TCP

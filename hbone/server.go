@@ -13,6 +13,8 @@ import (
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+
+	"github.com/gozt/gozt/internal/workers"
 )
 
 // Handler serves one request stream. It is called on a new goroutine per
@@ -366,7 +368,7 @@ func (c *conn) openServerStream(id uint32, end bool) error {
 	}
 	c.mu.Unlock()
 	if start {
-		go c.runHandler(ss)
+		workers.Default.Go(func() { c.runHandler(ss) })
 	}
 	return nil
 }
@@ -399,7 +401,7 @@ func (c *conn) handlerDone() {
 	}
 	c.mu.Unlock()
 	for _, ss := range next {
-		go c.runHandler(ss)
+		workers.Default.Go(func() { c.runHandler(ss) })
 	}
 }
 

@@ -26,6 +26,7 @@ import (
 	"github.com/gozt/gozt/hbone"
 	"github.com/gozt/gozt/internal/syncbuf"
 	"github.com/gozt/gozt/internal/tcptest"
+	"github.com/gozt/gozt/internal/workers"
 	"github.com/gozt/gozt/proxy/state"
 )
 
@@ -60,7 +61,7 @@ var (
 // connection.
 func TestDoubleHBONE(t *testing.T) {
 	ignore := goleak.IgnoreCurrent()
-	t.Cleanup(func() { goleak.VerifyNone(t, ignore) }) // first registered, so run last
+	t.Cleanup(func() { goleak.VerifyNone(t, ignore, goleak.IgnoreTopFunction(workers.IdleTop)) }) // first registered, so run last
 
 	app := startEcho(t, dhServerIP)
 	ca, err := localca.New(localca.Config{})

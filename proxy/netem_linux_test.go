@@ -19,6 +19,7 @@ import (
 
 	"github.com/gozt/gozt/hbone"
 	"github.com/gozt/gozt/internal/nstest"
+	"github.com/gozt/gozt/internal/workers"
 	"github.com/gozt/gozt/proxy/sockopt"
 )
 
@@ -86,7 +87,7 @@ func verifySeeded(r io.Reader, seed uint64, n int64) error {
 func TestNetemNoCorruption(t *testing.T) {
 	nstest.RequireRoot(t, "ip", "tc", "iptables")
 	ignore := goleak.IgnoreCurrent()
-	t.Cleanup(func() { goleak.VerifyNone(t, ignore) }) // first registered, so run last
+	t.Cleanup(func() { goleak.VerifyNone(t, ignore, goleak.IgnoreTopFunction(workers.IdleTop)) }) // first registered, so run last
 	const (
 		ip      = "10.9.6.3"
 		streams = 4

@@ -25,6 +25,7 @@ import (
 	"github.com/gozt/gozt/certs"
 	"github.com/gozt/gozt/certs/identity"
 	"github.com/gozt/gozt/hbone"
+	"github.com/gozt/gozt/internal/workers"
 	"github.com/gozt/gozt/proxy/connmgr"
 	"github.com/gozt/gozt/proxy/dns"
 	"github.com/gozt/gozt/proxy/relay"
@@ -466,7 +467,7 @@ func (p *Proxy) acceptLoop(l net.Listener, name string, handle handler, open pro
 			continue
 		}
 		p.wg.Add(1)
-		go p.runHandler(c, name, handle)
+		workers.Default.Go(func() { p.runHandler(c, name, handle) })
 	}
 }
 

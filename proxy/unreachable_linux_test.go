@@ -16,6 +16,7 @@ import (
 	"github.com/gozt/gozt/hbone"
 	"github.com/gozt/gozt/internal/nstest"
 	"github.com/gozt/gozt/internal/tcptest"
+	"github.com/gozt/gozt/internal/workers"
 	"github.com/gozt/gozt/proxy/sockopt"
 )
 
@@ -29,7 +30,7 @@ import (
 func TestDestinationUnreachable(t *testing.T) {
 	nstest.RequireRoot(t, "ip", "iptables")
 	ignore := goleak.IgnoreCurrent()
-	t.Cleanup(func() { goleak.VerifyNone(t, ignore) }) // first registered, so run last
+	t.Cleanup(func() { goleak.VerifyNone(t, ignore, goleak.IgnoreTopFunction(workers.IdleTop)) }) // first registered, so run last
 	const ip = "10.9.8.3"
 	ns := nstest.NewNetns(t)
 	nstest.Run(t, "ip", "-n", ns, "link", "add", "v0", "type", "veth", "peer", "name", "v1")

@@ -4,6 +4,8 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+
+	"github.com/gozt/gozt/internal/workers"
 )
 
 // A Poller takes over the wait of idle connections' pulled directions, so
@@ -87,7 +89,7 @@ func (p *Poller) Start(a, b net.Conn, aToB, bToA *atomic.Int64, done func(Result
 	st := newCopyState(a, b, aToB, bToA)
 	st.pair.started = done
 	st.pair.poller = p
-	go st.runStarted()
+	workers.Default.Go(st.runStarted)
 }
 
 // usable reports whether p may take waits over now.

@@ -15,11 +15,12 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
 
+	"github.com/gozt/gozt/internal/workers"
 	"github.com/gozt/gozt/proxy/relay"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction(workers.IdleTop))
 }
 
 // streamSize is the payload each way in the integrity test: 64 MiB, enough

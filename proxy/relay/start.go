@@ -7,6 +7,8 @@ import (
 	"os"
 	"sync/atomic"
 	"time"
+
+	"github.com/gozt/gozt/internal/workers"
 )
 
 // Start copies bytes both ways between a and b on goroutines of its own: it
@@ -49,10 +51,15 @@ import (
 func Start(a, b net.Conn, aToB, bToA *atomic.Int64, done func(Result, error)) {
 	st := newCopyState(a, b, aToB, bToA)
 	st.pair.started = done
-	go st.runStarted()
+	workers.Default.Go(st.runStarted)
 }
 
-// runStarted is the first goroutine of a Start.
+// runStarted is the first goroutine of a Start. It runs on a worker
+// (package workers), whose stack earlier tasks grew, so it keeps only the
+// short part: a pulled direction's first turn, which parks or respawns
+// once the socket idles (pull). A direction copied by one goroutine for the
+// connection's whole life gets a fresh one, whose stack holds only what
+// that copy needs.
 func (st *copyState) runStarted() {
 	st.watchResets()
 	pull := st.startPush()
@@ -61,12 +68,18 @@ func (st *copyState) runStarted() {
 			pull.pull(w)
 			return
 		}
-		pull.run()
-	} else {
-		st.pair.wg.Add(1)
-		go runHalf(&st.ab)
-		st.ba.run()
+		go st.runLast(pull)
+		return
 	}
+	st.pair.wg.Add(1)
+	go runHalf(&st.ab)
+	go st.runLast(&st.ba)
+}
+
+// runLast copies h's direction, then waits for the others and ends the
+// Start.
+func (st *copyState) runLast(h *half) {
+	h.run()
 	st.finishStarted()
 }
 

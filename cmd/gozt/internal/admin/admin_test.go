@@ -11,11 +11,12 @@ import (
 	"time"
 
 	"github.com/gozt/gozt/cmd/gozt/internal/logscope"
+	"github.com/gozt/gozt/internal/workers"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.IgnoreTopFunction(workers.IdleTop)) }
 
 func do(t *testing.T, method, url string, hdr http.Header) (int, string, http.Header) {
 	t.Helper()

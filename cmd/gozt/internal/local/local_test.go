@@ -24,12 +24,13 @@ import (
 	"time"
 
 	"github.com/gozt/gozt/internal/syncbuf"
+	"github.com/gozt/gozt/internal/workers"
 	"go.uber.org/goleak"
 	xproxy "golang.org/x/net/proxy"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction(workers.IdleTop))
 }
 
 // meshIPs are the loopback addresses of one test's mesh; every test gets its

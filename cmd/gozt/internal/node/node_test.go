@@ -20,10 +20,11 @@ import (
 	"github.com/gozt/gozt/certs/istioca/istiocatest"
 	"github.com/gozt/gozt/certs/localca"
 	"github.com/gozt/gozt/cmd/gozt/internal/envconfig"
+	"github.com/gozt/gozt/internal/workers"
 	"github.com/gozt/gozt/xds/xdstest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.IgnoreTopFunction(workers.IdleTop)) }
 
 // controlPlane is a fake istiod: delta xDS and the CA, both over TLS with
 // certificates from one local CA.
