@@ -97,9 +97,9 @@ func originalDst6(fd int) (netip.AddrPort, error) {
 type controlFunc = func(network, address string, c syscall.RawConn) error
 
 func listenControl(o Options) controlFunc {
-	return func(_, _ string, rc syscall.RawConn) error {
+	return func(network, _ string, rc syscall.RawConn) error {
 		return control(rc, func(fd int) error {
-			v6, err := isIPv6Socket(fd)
+			v6, err := socketIsIPv6(network, fd)
 			if err != nil {
 				return err
 			}
@@ -109,9 +109,9 @@ func listenControl(o Options) controlFunc {
 }
 
 func dialControl(src netip.Addr, o Options) controlFunc {
-	return func(_, _ string, rc syscall.RawConn) error {
+	return func(network, _ string, rc syscall.RawConn) error {
 		return control(rc, func(fd int) error {
-			v6, err := isIPv6Socket(fd)
+			v6, err := socketIsIPv6(network, fd)
 			if err != nil {
 				return err
 			}
@@ -136,6 +136,21 @@ func control(rc syscall.RawConn, fn func(fd int) error) error {
 		return fmt.Errorf("sockopt: %w", cerr)
 	}
 	return err
+}
+
+// socketIsIPv6 reports whether fd, the socket a Control function was given
+// for network, is an AF_INET6 socket. Package net names the socket's family
+// in the network it passes ("tcp4" or "tcp6", also for a dual-stack
+// listener's AF_INET6 socket: net's ctrlNetwork), which saves a getsockopt
+// on every upstream dial; any other network asks the socket.
+func socketIsIPv6(network string, fd int) (bool, error) {
+	switch network {
+	case "tcp4", "udp4":
+		return false, nil
+	case "tcp6", "udp6":
+		return true, nil
+	}
+	return isIPv6Socket(fd)
 }
 
 // isIPv6Socket reports whether fd is an AF_INET6 socket.
