@@ -10,7 +10,7 @@
 //	gozt bench                         the thorough run (7 repetitions, longer runs)
 //	gozt bench --scenario hbone-up     one scenario (repeatable; --list shows them)
 //	gozt bench --json out.json         also write the JSON there
-//	gozt bench --cpuprofile-dir prof   a CPU profile of every proxy process
+//	gozt bench --cpuprofile-dir prof   a CPU and an allocation profile of every proxy process
 //
 // Results go to bench/results/ (--out): <date>.json, <date>.md (a Markdown
 // table) and <date>.svg (a bar chart of the ratios), each copied to

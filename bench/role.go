@@ -45,7 +45,7 @@ type roleFlags struct {
 }
 
 func (rf *roleFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&rf.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole role to `FILE`")
+	fs.StringVar(&rf.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole role to `FILE`, and its allocation profile beside it (.allocs.pprof)")
 	fs.IntVar(&rf.gomaxprocs, "gomaxprocs", 0, "GOMAXPROCS for the role (0: the runtime's default)")
 }
 
@@ -100,7 +100,30 @@ func runRole(ctx context.Context, name string, args []string, stdout io.Writer) 
 	if cerr := r.close(); err == nil || errors.Is(err, errRoleFailed) {
 		err = errors.Join(err, cerr)
 	}
+	if rf.cpuprofile != "" {
+		err = errors.Join(err, writeAllocsProfile(allocsProfilePath(rf.cpuprofile)))
+	}
 	return err
+}
+
+// allocsProfilePath is where a role profiled into cpuprofile writes its
+// allocation profile: beside it, .allocs.pprof for .pprof.
+func allocsProfilePath(cpuprofile string) string {
+	return strings.TrimSuffix(cpuprofile, ".pprof") + ".allocs.pprof"
+}
+
+// writeAllocsProfile writes the process's allocation profile (every
+// allocation since start, sampled at the runtime's default rate) to path.
+func writeAllocsProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // errRoleFailed ends a role one of whose background loops failed; the

@@ -73,7 +73,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.list, "list", false, "list the scenarios and exit")
 	fs.StringVar(&o.net, "net", "127.55", "loopback /16 (first two octets) the setup binds in")
 	fs.IntVar(&o.gomaxprocs, "gomaxprocs", 0, "GOMAXPROCS of the proxy processes (0: runtime default)")
-	fs.StringVar(&o.profileDir, "cpuprofile-dir", "", "write a CPU profile of each proxy process to `DIR`")
+	fs.StringVar(&o.profileDir, "cpuprofile-dir", "", "write a CPU profile and an allocation profile (.allocs.pprof) of each proxy process to `DIR`")
 	fs.StringVar(&o.haproxy, "haproxy", "", "haproxy binary (default: haproxy on PATH)")
 	fs.IntVar(&o.reps, "reps", 0, "measured repetitions per variant (0: 3 with --quick, else 7)")
 	if err := fs.Parse(args); err != nil {
