@@ -408,15 +408,20 @@ func (r *connRecord) close(requestBytes, responseBytes int64, err error) {
 	if r.inbound {
 		bytesSent, bytesRecv = responseBytes, requestBytes
 	}
+	level := slog.LevelInfo
+	if err != nil {
+		level = slog.LevelError
+	}
+	if !r.log.Enabled(context.Background(), level) {
+		return // the line's 20 attributes are not built for a logger that drops it
+	}
 	attrs := r.endpointAttrs(make([]slog.Attr, 0, 20))
 	attrs = append(attrs,
 		slog.Int64("bytes_sent", bytesSent),
 		slog.Int64("bytes_recv", bytesRecv),
 		slog.String("duration", durationMillis(time.Since(r.start))),
 	)
-	level := slog.LevelInfo
 	if err != nil {
-		level = slog.LevelError
 		attrs = append(attrs, slog.String("error", err.Error()))
 	}
 	r.log.LogAttrs(context.Background(), level, "connection complete", attrs...)

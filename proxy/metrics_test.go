@@ -81,6 +81,30 @@ func TestConnRecordSmall(t *testing.T) {
 	}
 }
 
+// TestConnRecordCloseWithoutAccessLog: closing a record whose access log
+// drops the "connection complete" line (gozt bench's proxies, or an
+// operator's level above it) builds none of its attributes: no allocation,
+// where building them took several per connection.
+func TestConnRecordCloseWithoutAccessLog(t *testing.T) {
+	m := NewMetrics(prometheus.NewRegistry())
+	l := trafficLabels{reporter: "source", responseFlags: flagNone, srcWorkload: "client", srcNamespace: "demo"}
+	log := slog.New(slog.DiscardHandler)
+	src, dst := netip.MustParseAddrPort("10.0.0.1:40000"), netip.MustParseAddrPort("10.0.0.2:8080")
+	m.openConn(log, l, false, src, dst, "10.0.0.2:15008").close(1, 1, nil) // resolve the series once
+	recs := make([]*connRecord, 0, 101)
+	for range 101 {
+		recs = append(recs, m.openConn(log, l, false, src, dst, "10.0.0.2:15008"))
+	}
+	i := 0
+	allocs := testing.AllocsPerRun(100, func() {
+		recs[i].close(7, 100, nil)
+		i++
+	})
+	if allocs != 0 {
+		t.Errorf("close allocates %v times per connection with the access log off, want 0", allocs)
+	}
+}
+
 func counterValue(t *testing.T, c prometheus.Counter) float64 {
 	t.Helper()
 	var m dto.Metric
