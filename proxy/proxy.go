@@ -383,10 +383,13 @@ func (p *Proxy) listen(ctx context.Context, lc net.ListenConfig, addr string) (n
 // belongs to that namespace whatever goroutine uses it.
 func (p *Proxy) dial(ctx context.Context, src netip.Addr, addr netip.AddrPort) (net.Conn, error) {
 	d := sockopt.Dialer(src, sockopt.Options{Mark: p.cfg.Mark, KeepAlive: p.keepAlive(), UserTimeout: p.cfg.UserTimeout})
+	var c *net.TCPConn
+	var err error
 	if p.cfg.InNetns == nil {
-		return d.DialContext(ctx, "tcp", addr.String())
+		c, err = sockopt.Dial(ctx, d, addr)
+	} else {
+		c, err = sockopt.DialInNetns(ctx, p.cfg.InNetns, d, addr)
 	}
-	c, err := sockopt.DialInNetns(ctx, p.cfg.InNetns, d, addr)
 	if err != nil {
 		return nil, err // not a typed-nil *net.TCPConn
 	}

@@ -1,11 +1,13 @@
 package sockopt_test
 
 import (
+	"context"
 	"math/rand/v2"
 	"net"
 	"net/netip"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -53,6 +55,64 @@ func TestDialerSetsBindAddressNoPort(t *testing.T) {
 			}
 			if got := s.RemoteAddr().(*net.TCPAddr).AddrPort().Addr(); got != src {
 				t.Errorf("server sees source %v, want %v", got, src)
+			}
+		})
+	}
+}
+
+// TestDial: sockopt.Dial connects from the Dialer's source, with its options
+// set before the bind and the socket's family named in the network its
+// Control sees, on IPv4 and IPv6; without a source it binds nothing and the
+// kernel picks the source at connect.
+func TestDial(t *testing.T) {
+	for _, tc := range []struct{ network, listen, src string }{
+		{"tcp4", "127.0.0.1:0", randomLoopback().String()},
+		{"tcp6", "[::1]:0", "::1"},
+	} {
+		t.Run(tc.network, func(t *testing.T) {
+			ln, err := net.Listen(tc.network, tc.listen)
+			if err != nil {
+				t.Skipf("cannot listen on %s %s: %v", tc.network, tc.listen, err)
+			}
+			defer ln.Close()
+			dst := ln.Addr().(*net.TCPAddr).AddrPort()
+			for _, src := range []netip.Addr{netip.MustParseAddr(tc.src), {}} {
+				noPort, network := -1, ""
+				d := sockopt.Dialer(src, sockopt.Options{Mark: 0, UserTimeout: time.Second})
+				orig := d.Control
+				d.Control = func(nw, address string, rc syscall.RawConn) error {
+					network = nw
+					if err := orig(nw, address, rc); err != nil {
+						return err
+					}
+					return rc.Control(func(fd uintptr) {
+						noPort, _ = unix.GetsockoptInt(int(fd), unix.SOL_IP, unix.IP_BIND_ADDRESS_NO_PORT)
+					})
+				}
+				c, err := sockopt.Dial(context.Background(), d, dst)
+				if err != nil {
+					t.Fatalf("Dial from %v: %v", src, err)
+				}
+				s, err := ln.Accept()
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := s.RemoteAddr().(*net.TCPAddr).AddrPort().Addr()
+				s.Close()
+				c.Close()
+				if network != tc.network {
+					t.Errorf("from %v: Control saw network %q, want %q", src, network, tc.network)
+				}
+				wantNoPort := 0
+				if src.IsValid() {
+					wantNoPort = 1
+					if got != src {
+						t.Errorf("server sees source %v, want %v", got, src)
+					}
+				}
+				if noPort != wantNoPort {
+					t.Errorf("from %v: IP_BIND_ADDRESS_NO_PORT = %d, want %d", src, noPort, wantNoPort)
+				}
 			}
 		})
 	}
