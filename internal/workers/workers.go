@@ -30,17 +30,24 @@ type Pool struct {
 }
 
 // New returns a pool that keeps at most idle workers waiting, each for at
-// most linger. idle ≤ 0 means four per GOMAXPROCS.
+// most linger. idle ≤ 0 means four per GOMAXPROCS, read when a worker
+// finishes a task (the process may set GOMAXPROCS after New, as gozt does
+// from ZTUNNEL_WORKER_THREADS).
 func New(idle int, linger time.Duration) *Pool {
-	if idle <= 0 {
-		idle = 4 * runtime.GOMAXPROCS(0)
-	}
-	return &Pool{tasks: make(chan func()), max: int32(idle), linger: linger}
+	return &Pool{tasks: make(chan func()), max: int32(max(idle, 0)), linger: linger}
 }
 
 // Default is the pool of the process's connection handlers: four waiting
 // workers per GOMAXPROCS at most, each for at most a second.
 var Default = New(0, time.Second)
+
+// idleCap is how many workers may wait at once.
+func (p *Pool) idleCap() int32 {
+	if p.max > 0 {
+		return p.max
+	}
+	return int32(4 * runtime.GOMAXPROCS(0))
+}
 
 // Go runs f on a waiting worker, or on a new goroutine if none is waiting.
 // Like a go statement it does not wait for f; unlike one, f may run on a
@@ -58,7 +65,7 @@ func (p *Pool) Go(f func()) {
 func (p *Pool) work(f func()) {
 	f()
 	var t *time.Timer
-	for p.idle.Add(1) <= p.max {
+	for p.idle.Add(1) <= p.idleCap() {
 		if t == nil {
 			t = time.NewTimer(p.linger)
 		} else {

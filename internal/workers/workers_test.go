@@ -1,6 +1,7 @@
 package workers
 
 import (
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -72,6 +73,27 @@ func TestIdleWorkersCapped(t *testing.T) {
 	time.Sleep(20 * time.Millisecond) // a third would show up by now
 	if w := p.Waiting(); w != 2 {
 		t.Fatalf("Waiting() = %d after the burst, want the cap 2", w)
+	}
+}
+
+// TestDefaultCapFollowsGOMAXPROCS: a pool made with idle ≤ 0 reads
+// GOMAXPROCS when workers finish, not when it was made.
+func TestDefaultCapFollowsGOMAXPROCS(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	p := New(0, time.Minute)
+	runtime.GOMAXPROCS(1)
+	release := make(chan struct{})
+	var started sync.WaitGroup
+	for range 12 {
+		started.Add(1)
+		p.Go(func() { started.Done(); <-release })
+	}
+	started.Wait()
+	close(release)
+	eventually(t, "four workers do not wait", func() bool { return p.Waiting() == 4 })
+	time.Sleep(20 * time.Millisecond)
+	if w := p.Waiting(); w != 4 {
+		t.Fatalf("Waiting() = %d with GOMAXPROCS 1, want 4", w)
 	}
 }
 
