@@ -441,11 +441,14 @@ func (b *Batch) reindexWorkloadName(old, w *Workload) {
 // wlist is one key's entry in a workload index (byIP, byName): its
 // workloads in the index's order. Nearly every key has one, held inline: a
 // slice of its own per key made 200,000 one-element arrays for 100,000
-// workloads, each allocated by a push and marked by every collection.
+// workloads, each allocated by a push and marked by every collection. The
+// rare rest is behind a pointer, not in a slice header, so an entry is two
+// words, not four: every collection scans the indexes' whole tables, and a
+// 100,000-workload store is 4.2 MB (42 B per workload) smaller.
 // Like the rest of a snapshot, a wlist is never modified once stored.
 type wlist struct {
-	first *Workload   // nil for an empty list
-	more  []*Workload // the rest, after first; nil for one
+	first *Workload    // nil for an empty list
+	more  *[]*Workload // the rest, after first; nil for one
 }
 
 // makeWlist returns the list of l's workloads; l may be reused afterwards.
@@ -456,7 +459,8 @@ func makeWlist(l []*Workload) wlist {
 	case 1:
 		return wlist{first: l[0]}
 	}
-	return wlist{first: l[0], more: slices.Clone(l[1:])}
+	more := slices.Clone(l[1:])
+	return wlist{first: l[0], more: &more}
 }
 
 // all yields the list's workloads in order.
@@ -465,7 +469,10 @@ func (l wlist) all() iter.Seq[*Workload] {
 		if l.first == nil || !yield(l.first) {
 			return
 		}
-		for _, w := range l.more {
+		if l.more == nil {
+			return
+		}
+		for _, w := range *l.more {
 			if !yield(w) {
 				return
 			}
@@ -478,7 +485,11 @@ func (l wlist) appendTo(dst []*Workload) []*Workload {
 	if l.first == nil {
 		return dst
 	}
-	return append(append(dst, l.first), l.more...)
+	dst = append(dst, l.first)
+	if l.more != nil {
+		dst = append(dst, *l.more...)
+	}
+	return dst
 }
 
 // --- endpoints ---
