@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"iter"
 	"maps"
+	"net/netip"
 	"slices"
 	"strings"
 
@@ -26,6 +27,7 @@ type Batch struct {
 
 	ownWorkloads, ownByIP, ownByName, ownServices, ownByVIP, ownByHostname bool
 	ownPolicies, ownNSPolicies, ownMembers                                 bool
+	ownFree, ownByIPMore, ownNetIDs                                        bool
 
 	chWorkloads map[string]bool // uids changed in this batch
 	chPolicies  map[string]bool // policy keys changed in this batch
@@ -149,6 +151,7 @@ func (b *Batch) Reset() {
 	b.next = fresh
 	b.ownWorkloads, b.ownByIP, b.ownByName, b.ownServices, b.ownByVIP = true, true, true, true, true
 	b.ownByHostname, b.ownPolicies, b.ownNSPolicies, b.ownMembers = true, true, true, true
+	b.ownFree, b.ownByIPMore, b.ownNetIDs = true, true, true
 	clear(b.ownedMembers)
 	clear(b.fresh)
 	clear(b.dirty)
@@ -191,9 +194,17 @@ func (b *Batch) insertWorkload(w *Workload, adopt bool) error {
 	} else {
 		wc = normalizeWorkload(w)
 	}
-	old := b.next.workloads[wc.UID]
+	slot, had := b.next.workloads[wc.UID]
+	var old *Workload
+	if had {
+		old = b.next.slots[slot]
+	}
 	b.ownWorkloadTable()
-	b.next.workloads[wc.UID] = wc
+	if !had {
+		slot = b.takeSlot()
+		b.next.workloads[wc.UID] = slot
+	}
+	b.next.slots[slot] = wc
 	b.reindexWorkloadIPs(old, wc)
 	b.reindexWorkloadName(old, wc)
 	b.updateEndpoints(old, wc)
@@ -206,12 +217,19 @@ func (b *Batch) insertWorkload(w *Workload, adopt bool) error {
 // It reports whether the workload existed.
 func (b *Batch) RemoveWorkload(uid string) bool {
 	b.checkOpen()
-	old := b.next.workloads[uid]
-	if old == nil {
+	slot, had := b.next.workloads[uid]
+	if !had {
 		return false
 	}
+	old := b.next.slots[slot]
 	b.ownWorkloadTable()
 	delete(b.next.workloads, uid)
+	b.next.slots[slot] = nil
+	if !b.ownFree {
+		b.next.free = slices.Clone(b.next.free)
+		b.ownFree = true
+	}
+	b.next.free = append(b.next.free, slot)
 	b.reindexWorkloadIPs(old, nil)
 	b.reindexWorkloadName(old, nil)
 	b.updateEndpoints(old, nil)
@@ -329,11 +347,31 @@ func (b *Batch) Snapshot() *Snapshot {
 
 // --- workloads ---
 
+// ownWorkloadTable gives the batch its own workloads map and slots.
 func (b *Batch) ownWorkloadTable() {
 	if !b.ownWorkloads {
 		b.next.workloads = cloneFor(b.next.workloads, b.reserve)
+		slots := make([]*Workload, len(b.next.slots), len(b.next.slots)+b.reserve)
+		copy(slots, b.next.slots)
+		b.next.slots = slots
 		b.ownWorkloads = true
 	}
+}
+
+// takeSlot returns a free slot for a new workload: a freed one, or a new
+// one at the end. The batch owns the workload table.
+func (b *Batch) takeSlot() int32 {
+	if n := len(b.next.free); n > 0 {
+		if !b.ownFree {
+			b.next.free = slices.Clone(b.next.free)
+			b.ownFree = true
+		}
+		slot := b.next.free[n-1]
+		b.next.free = b.next.free[:n-1]
+		return slot
+	}
+	b.next.slots = append(b.next.slots, nil)
+	return int32(len(b.next.slots) - 1)
 }
 
 // ipRank orders workloads sharing an IP (SPEC §3.4): lower is preferred.
@@ -361,17 +399,19 @@ func compareByIPPreference(a, b *Workload) int {
 func ipIndexed(w *Workload) bool { return w != nil && w.NetworkMode != NetworkHost }
 
 func (b *Batch) reindexWorkloadIPs(old, w *Workload) {
-	var buf [4]ipKey // room for the usual few addresses, off the heap
+	var buf [4]ipSlot // room for the usual few addresses, off the heap
 	keys := buf[:0]
 	if ipIndexed(old) {
 		for _, a := range old.Addresses {
-			keys = append(keys, ipKey{old.Network, a})
+			keys = append(keys, b.ipSlotFor(old.Network, a))
 		}
 	}
+	var wKeys []ipSlot
 	if ipIndexed(w) {
 		for _, a := range w.Addresses {
-			keys = append(keys, ipKey{w.Network, a})
+			keys = append(keys, b.ipSlotFor(w.Network, a))
 		}
+		wKeys = keys[len(keys)-len(w.Addresses):]
 	}
 	if len(keys) == 0 {
 		return
@@ -384,28 +424,76 @@ func (b *Batch) reindexWorkloadIPs(old, w *Workload) {
 		if slices.Contains(keys[:i], k) {
 			continue
 		}
-		b.reindexIP(k, old, w)
+		b.reindexIP(k, old, w, slices.Contains(wKeys, k))
 	}
 }
 
-// reindexIP rebuilds the list at k without old and with w (if w has k).
-func (b *Batch) reindexIP(k ipKey, old, w *Workload) {
+// ipSlotFor returns byIP's key for address a on network, numbering the
+// network if it is new.
+func (b *Batch) ipSlotFor(network string, a netip.Addr) ipSlot {
+	if network == "" {
+		return ipSlot{0, a.Unmap().As16()}
+	}
+	id, ok := b.next.netIDs[network]
+	if !ok {
+		if !b.ownNetIDs {
+			b.next.netIDs = maps.Clone(b.next.netIDs)
+			b.ownNetIDs = true
+		}
+		id = uint32(len(b.next.netIDs)) + 1 // 0 is the default network, ""
+		b.next.netIDs[network] = id
+	}
+	return ipSlot{id, a.Unmap().As16()}
+}
+
+// ipList returns the list of workloads byIP has at k.
+func (b *Batch) ipList(k ipSlot) wlist {
+	slot, ok := b.next.byIP[k]
+	switch {
+	case !ok:
+		return wlist{}
+	case slot < 0:
+		return b.next.byIPMore[k]
+	}
+	return wlist{first: b.next.slots[slot]}
+}
+
+// reindexIP rebuilds the list at k without old and with w (if hasW: w has
+// k).
+func (b *Batch) reindexIP(k ipSlot, old, w *Workload, hasW bool) {
 	var buf [4]*Workload
 	l := buf[:0]
-	for x := range b.next.byIP[k].all() {
+	for x := range b.ipList(k).all() {
 		if x != old && (w == nil || x.UID != w.UID) {
 			l = append(l, x)
 		}
 	}
-	if ipIndexed(w) && w.Network == k.network && slices.Contains(w.Addresses, k.addr) {
+	if hasW {
 		l = append(l, w)
 	}
-	if len(l) == 0 {
-		delete(b.next.byIP, k)
-		return
+	if prev, ok := b.next.byIP[k]; ok && prev < 0 {
+		b.ownIPMore()
+		delete(b.next.byIPMore, k)
 	}
-	slices.SortFunc(l, compareByIPPreference)
-	b.next.byIP[k] = makeWlist(l)
+	switch len(l) {
+	case 0:
+		delete(b.next.byIP, k)
+	case 1:
+		b.next.byIP[k] = b.next.workloads[l[0].UID]
+	default:
+		slices.SortFunc(l, compareByIPPreference)
+		b.next.byIP[k] = -1
+		b.ownIPMore()
+		b.next.byIPMore[k] = makeWlist(l)
+	}
+}
+
+// ownIPMore gives the batch its own byIPMore.
+func (b *Batch) ownIPMore() {
+	if !b.ownByIPMore {
+		b.next.byIPMore = maps.Clone(b.next.byIPMore)
+		b.ownByIPMore = true
+	}
 }
 
 // reindexWorkloadName replaces old with w (either may be nil) in the name

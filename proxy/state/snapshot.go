@@ -15,6 +15,17 @@ type ipKey struct {
 	addr    netip.Addr
 }
 
+// ipSlot indexes a workload address on a network in byIP. It holds no
+// pointer (the network by its number in netIDs, the address by its 16
+// bytes; stored addresses are unmapped and never zoned), and byIP's values
+// are slot numbers, so byIP's tables hold no pointer at all and a garbage
+// collection skips them instead of scanning 100,000 entries of a large
+// store.
+type ipSlot struct {
+	net  uint32
+	addr [16]byte
+}
+
 // nameKey indexes workloads by namespace and name.
 type nameKey struct {
 	namespace, name string
@@ -48,9 +59,18 @@ var _ rbac.SetSource = (*Snapshot)(nil)
 //     Global-scoped ones, each an rbac.Set (indexed for Evaluate) sorted by
 //     key; nsPolicies has no entry for a namespace without policies.
 type Snapshot struct {
-	gen        uint64
-	workloads  map[string]*Workload
-	byIP       map[ipKey]wlist
+	gen uint64
+	// slots holds every workload at its slot number (nil: a free slot,
+	// listed in free); workloads maps a uid to its slot.
+	slots     []*Workload
+	free      []int32
+	workloads map[string]int32
+	// byIP maps an address to the slot of its one workload, or to -1 when
+	// several share it: their list is in byIPMore. netIDs numbers the
+	// networks seen from 1, for ipSlot (0 is the default network, "").
+	byIP       map[ipSlot]int32
+	byIPMore   map[ipSlot]wlist
+	netIDs     map[string]uint32
 	byName     map[nameKey]wlist
 	services   map[string]*Service
 	byVIP      map[ipKey][]string
@@ -85,8 +105,10 @@ func (s *Snapshot) Changes() Changes { return s.changes }
 
 func emptySnapshot() *Snapshot {
 	return &Snapshot{
-		workloads:  map[string]*Workload{},
-		byIP:       map[ipKey]wlist{},
+		workloads:  map[string]int32{},
+		byIP:       map[ipSlot]int32{},
+		byIPMore:   map[ipSlot]wlist{},
+		netIDs:     map[string]uint32{},
 		byName:     map[nameKey]wlist{},
 		services:   map[string]*Service{},
 		byVIP:      map[ipKey][]string{},
@@ -106,11 +128,43 @@ func (s *Snapshot) Generation() uint64 { return s.gen }
 // address, a Pod speaking HBONE is preferred, then a Pod, then HBONE, then
 // any (SPEC §3.4), ties broken by uid.
 func (s *Snapshot) WorkloadByIP(network string, ip netip.Addr) *Workload {
-	return s.byIP[ipKey{network, ip.Unmap()}].first
+	k, ok := s.ipSlotOf(network, ip)
+	if !ok {
+		return nil
+	}
+	switch slot, ok := s.byIP[k]; {
+	case !ok:
+		return nil
+	case slot < 0:
+		return s.byIPMore[k].first
+	default:
+		return s.slots[slot]
+	}
+}
+
+// ipSlotOf returns byIP's key for ip on network; false if no workload can
+// have it (a network no workload is on, or a zoned address).
+func (s *Snapshot) ipSlotOf(network string, ip netip.Addr) (ipSlot, bool) {
+	var id uint32 // the default network, "", is 0 and not in netIDs
+	if network != "" {
+		var ok bool
+		if id, ok = s.netIDs[network]; !ok {
+			return ipSlot{}, false
+		}
+	}
+	if ip.Zone() != "" {
+		return ipSlot{}, false
+	}
+	return ipSlot{id, ip.Unmap().As16()}, true
 }
 
 // WorkloadByUID returns the workload with the given uid, or nil.
-func (s *Snapshot) WorkloadByUID(uid string) *Workload { return s.workloads[uid] }
+func (s *Snapshot) WorkloadByUID(uid string) *Workload {
+	if slot, ok := s.workloads[uid]; ok {
+		return s.slots[slot]
+	}
+	return nil
+}
 
 // FindWorkload returns the workload named namespace/name with the given
 // service account (compared after defaulting, see Workload.Identity) on
@@ -135,8 +189,8 @@ func (s *Snapshot) FindWorkload(node, namespace, name, serviceAccount string) *W
 // gateways without a service are rare, and an index would cost memory on
 // every node.
 func (s *Snapshot) WorkloadByHostname(namespace, hostname string) *Workload {
-	for _, w := range s.workloads {
-		if w.Hostname == hostname && w.Namespace == namespace && hostname != "" {
+	for _, w := range s.slots {
+		if w != nil && w.Hostname == hostname && w.Namespace == namespace && hostname != "" {
 			return w
 		}
 	}
@@ -225,8 +279,10 @@ func (s *Snapshot) serviceByCIDR(network string, ip netip.Addr, clientNS string)
 // Workloads returns every workload sorted by uid, in a new slice.
 func (s *Snapshot) Workloads() []*Workload {
 	out := make([]*Workload, 0, len(s.workloads))
-	for _, w := range s.workloads {
-		out = append(out, w)
+	for _, w := range s.slots {
+		if w != nil {
+			out = append(out, w)
+		}
 	}
 	slices.SortFunc(out, func(a, b *Workload) int { return cmp.Compare(a.UID, b.UID) })
 	return out

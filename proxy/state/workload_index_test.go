@@ -1,0 +1,201 @@
+package state
+
+import (
+	"cmp"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"slices"
+	"testing"
+)
+
+// workloadView is what a snapshot answers about workloads: each uid's
+// workload, each probed address's preferred one, and the sorted list.
+type workloadView struct {
+	byUID map[string]*Workload
+	byIP  map[string]*Workload // "network|ip" → preferred workload
+	all   []*Workload
+}
+
+var (
+	indexNetworks = []string{"", "net-b"}
+	indexIPs      = []netip.Addr{ip("10.0.0.1"), ip("10.0.0.2"), ip("10.0.0.3"), ip("fd00::1"), ip("fd00::2")}
+)
+
+func viewOf(s *Snapshot, uids []string) workloadView {
+	v := workloadView{byUID: map[string]*Workload{}, byIP: map[string]*Workload{}, all: s.Workloads()}
+	for _, uid := range uids {
+		if w := s.WorkloadByUID(uid); w != nil {
+			v.byUID[uid] = w
+		}
+	}
+	for _, n := range append(indexNetworks, "net-unknown") {
+		for _, a := range indexIPs {
+			if w := s.WorkloadByIP(n, a); w != nil {
+				v.byIP[n+"|"+a.String()] = w
+			}
+		}
+	}
+	return v
+}
+
+// modelView computes the view from the model's workloads from scratch.
+func modelView(m map[string]*Workload) workloadView {
+	v := workloadView{byUID: map[string]*Workload{}, byIP: map[string]*Workload{}}
+	for uid, w := range m {
+		v.byUID[uid] = w
+		v.all = append(v.all, w)
+		if w.NetworkMode == NetworkHost {
+			continue
+		}
+		for _, a := range w.Addresses {
+			k := w.Network + "|" + a.String()
+			if cur := v.byIP[k]; cur == nil || compareByIPPreference(w, cur) < 0 {
+				v.byIP[k] = w
+			}
+		}
+	}
+	slices.SortFunc(v.all, func(a, b *Workload) int { return cmp.Compare(a.UID, b.UID) })
+	return v
+}
+
+func sameView(a, b workloadView) error {
+	for uid, w := range a.byUID {
+		if b.byUID[uid] != w {
+			return fmt.Errorf("uid %s: %v, want %v", uid, b.byUID[uid], w)
+		}
+	}
+	if len(a.byUID) != len(b.byUID) {
+		return fmt.Errorf("%d uids found, want %d", len(b.byUID), len(a.byUID))
+	}
+	for k, w := range a.byIP {
+		if b.byIP[k] != w {
+			return fmt.Errorf("address %s: %v, want %v", k, uidOf(b.byIP[k]), uidOf(w))
+		}
+	}
+	if len(a.byIP) != len(b.byIP) {
+		return fmt.Errorf("%d addresses found, want %d", len(b.byIP), len(a.byIP))
+	}
+	if !slices.Equal(a.all, b.all) {
+		return fmt.Errorf("Workloads() lists %d, want %d", len(b.all), len(a.all))
+	}
+	return nil
+}
+
+// checkSlots checks the slot table's own invariants: every uid's slot holds
+// it, every other slot is free and listed once, and byIPMore holds exactly
+// the addresses byIP marks as shared.
+func checkSlots(t *testing.T, what string, s *Snapshot) {
+	t.Helper()
+	used := map[int32]bool{}
+	for uid, slot := range s.workloads {
+		if w := s.slots[slot]; w == nil || w.UID != uid {
+			t.Fatalf("%s: slot %d of %s holds %v", what, slot, uid, uidOf(w))
+		}
+		used[slot] = true
+	}
+	free := map[int32]bool{}
+	for _, slot := range s.free {
+		if used[slot] || free[slot] || s.slots[slot] != nil {
+			t.Fatalf("%s: free slot %d is in use or listed twice", what, slot)
+		}
+		free[slot] = true
+	}
+	if len(used)+len(free) != len(s.slots) {
+		t.Fatalf("%s: %d slots, %d used and %d free", what, len(s.slots), len(used), len(free))
+	}
+	shared := 0
+	for k, slot := range s.byIP {
+		if slot < 0 {
+			shared++
+			if len(slices.Collect(s.byIPMore[k].all())) < 2 {
+				t.Fatalf("%s: a shared address lists fewer than two workloads", what)
+			}
+		}
+	}
+	if shared != len(s.byIPMore) {
+		t.Fatalf("%s: %d shared addresses in byIP, %d lists in byIPMore", what, shared, len(s.byIPMore))
+	}
+}
+
+func uidOf(w *Workload) string {
+	if w == nil {
+		return "<nil>"
+	}
+	return w.UID
+}
+
+// TestWorkloadIndexRandomBatches drives the store with random batches of
+// workload inserts, replacements (moving addresses and networks), removals
+// and resets, with few addresses so that many workloads share one, and
+// checks after each batch, and mid-batch through Batch.Snapshot, that the
+// uid and address lookups and Workloads equal a from-scratch computation;
+// at the end, that no published snapshot's answers changed although later
+// batches reused the slots its workloads held.
+func TestWorkloadIndexRandomBatches(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 2026))
+	kinds := []string{"Pod", "WorkloadEntry"}
+	var uids []string
+	for i := range 12 {
+		uids = append(uids, fmt.Sprintf("c//%s/ns/w%d", kinds[i%2], i))
+	}
+	mk := func(uid string) *Workload {
+		w := &Workload{UID: uid, Namespace: "ns", Name: uid[len(uid)-3:], Network: indexNetworks[rng.IntN(len(indexNetworks))],
+			Protocol: TunnelProtocol(rng.IntN(2))}
+		if rng.IntN(8) == 0 {
+			w.NetworkMode = NetworkHost
+		}
+		for range rng.IntN(3) {
+			if a := indexIPs[rng.IntN(len(indexIPs))]; !slices.Contains(w.Addresses, a) {
+				w.Addresses = append(w.Addresses, a)
+			}
+		}
+		return w
+	}
+	m := map[string]*Workload{}
+	type published struct {
+		snap *Snapshot
+		view workloadView
+	}
+	var history []published
+	st := NewStore(Config{})
+	for batch := range 400 {
+		st.Update(func(b *Batch) {
+			for op := range rng.IntN(12) {
+				what := fmt.Sprintf("batch %d op %d", batch, op)
+				uid := uids[rng.IntN(len(uids))]
+				switch r := rng.IntN(20); {
+				case r == 0:
+					b.Reset()
+					clear(m)
+				case r < 7:
+					if got, want := b.RemoveWorkload(uid), m[uid] != nil; got != want {
+						t.Fatalf("%s: RemoveWorkload(%s) = %v, want %v", what, uid, got, want)
+					}
+					delete(m, uid)
+				case r < 9:
+					if err := sameView(modelView(m), viewOf(b.Snapshot(), uids)); err != nil {
+						t.Fatalf("%s (Batch.Snapshot): %v", what, err)
+					}
+				default:
+					w := mk(uid)
+					if err := b.InsertWorkload(w); err != nil {
+						t.Fatal(err)
+					}
+					m[uid] = b.Snapshot().WorkloadByUID(uid) // the store's normalized copy
+				}
+			}
+		})
+		snap := st.Snapshot()
+		if err := sameView(modelView(m), viewOf(snap, uids)); err != nil {
+			t.Fatalf("after batch %d: %v", batch, err)
+		}
+		checkSlots(t, fmt.Sprintf("after batch %d", batch), snap)
+		history = append(history, published{snap, viewOf(snap, uids)})
+	}
+	for i, h := range history {
+		if err := sameView(h.view, viewOf(h.snap, uids)); err != nil {
+			t.Errorf("snapshot %d (generation %d) changed after publication: %v", i, h.snap.Generation(), err)
+		}
+	}
+}
