@@ -27,7 +27,7 @@ type Batch struct {
 
 	ownWorkloads, ownByIP, ownByName, ownServices, ownByVIP, ownByHostname bool
 	ownPolicies, ownNSPolicies, ownMembers                                 bool
-	ownFree, ownByIPMore, ownNetIDs                                        bool
+	ownFree, ownByIPMore, ownNetIDs, ownByNameMore                         bool
 
 	chWorkloads map[string]bool // uids changed in this batch
 	chPolicies  map[string]bool // policy keys changed in this batch
@@ -151,7 +151,7 @@ func (b *Batch) Reset() {
 	b.next = fresh
 	b.ownWorkloads, b.ownByIP, b.ownByName, b.ownServices, b.ownByVIP = true, true, true, true, true
 	b.ownByHostname, b.ownPolicies, b.ownNSPolicies, b.ownMembers = true, true, true, true
-	b.ownFree, b.ownByIPMore, b.ownNetIDs = true, true, true
+	b.ownFree, b.ownByIPMore, b.ownNetIDs, b.ownByNameMore = true, true, true, true
 	clear(b.ownedMembers)
 	clear(b.fresh)
 	clear(b.dirty)
@@ -505,24 +505,59 @@ func (b *Batch) reindexWorkloadName(old, w *Workload) {
 	}
 	var buf [4]*Workload
 	if old != nil {
-		k := nameKey{old.Namespace, old.Name}
+		h := nameHash(old.Namespace, old.Name)
 		l := buf[:0]
-		for x := range b.next.byName[k].all() {
+		for x := range b.nameList(h).all() {
 			if x.UID != old.UID {
 				l = append(l, x)
 			}
 		}
-		if len(l) == 0 {
-			delete(b.next.byName, k)
-		} else {
-			b.next.byName[k] = makeWlist(l)
-		}
+		b.setNameList(h, l)
 	}
 	if w != nil {
-		k := nameKey{w.Namespace, w.Name}
-		l := append(b.next.byName[k].appendTo(buf[:0]), w)
+		h := nameHash(w.Namespace, w.Name)
+		l := append(b.nameList(h).appendTo(buf[:0]), w)
 		slices.SortFunc(l, func(a, b *Workload) int { return cmp.Compare(a.UID, b.UID) })
-		b.next.byName[k] = makeWlist(l)
+		b.setNameList(h, l)
+	}
+}
+
+// nameList returns the list of workloads byName has at h.
+func (b *Batch) nameList(h uint64) wlist {
+	slot, ok := b.next.byName[h]
+	switch {
+	case !ok:
+		return wlist{}
+	case slot < 0:
+		return b.next.byNameMore[h]
+	}
+	return wlist{first: b.next.slots[slot]}
+}
+
+// setNameList makes l, ordered by uid, byName's list at h. The batch owns
+// byName.
+func (b *Batch) setNameList(h uint64, l []*Workload) {
+	if prev, ok := b.next.byName[h]; ok && prev < 0 {
+		b.ownNameMore()
+		delete(b.next.byNameMore, h)
+	}
+	switch len(l) {
+	case 0:
+		delete(b.next.byName, h)
+	case 1:
+		b.next.byName[h] = b.next.workloads[l[0].UID]
+	default:
+		b.next.byName[h] = -1
+		b.ownNameMore()
+		b.next.byNameMore[h] = makeWlist(l)
+	}
+}
+
+// ownNameMore gives the batch its own byNameMore.
+func (b *Batch) ownNameMore() {
+	if !b.ownByNameMore {
+		b.next.byNameMore = maps.Clone(b.next.byNameMore)
+		b.ownByNameMore = true
 	}
 }
 

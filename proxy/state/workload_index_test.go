@@ -10,11 +10,33 @@ import (
 )
 
 // workloadView is what a snapshot answers about workloads: each uid's
-// workload, each probed address's preferred one, and the sorted list.
+// workload, each probed address's preferred one, each probed FindWorkload,
+// and the sorted list.
 type workloadView struct {
-	byUID map[string]*Workload
-	byIP  map[string]*Workload // "network|ip" → preferred workload
-	all   []*Workload
+	byUID  map[string]*Workload
+	byIP   map[string]*Workload // "network|ip" → preferred workload
+	byName map[string]*Workload // "node|namespace|name|sa" → FindWorkload's answer
+	all    []*Workload
+}
+
+var (
+	indexNames      = []string{"a", "b", "c"}
+	indexNodes      = []string{"", "n1", "n2"}
+	indexNamespaces = []string{"ns", "other"}
+	indexSAs        = []string{"", "sa"}
+)
+
+// findKeys calls fn with each probed FindWorkload's arguments and key.
+func findKeys(fn func(key, node, ns, name, sa string)) {
+	for _, node := range indexNodes {
+		for _, ns := range indexNamespaces {
+			for _, name := range indexNames {
+				for _, sa := range indexSAs {
+					fn(node+"|"+ns+"|"+name+"|"+sa, node, ns, name, sa)
+				}
+			}
+		}
+	}
 }
 
 var (
@@ -23,7 +45,12 @@ var (
 )
 
 func viewOf(s *Snapshot, uids []string) workloadView {
-	v := workloadView{byUID: map[string]*Workload{}, byIP: map[string]*Workload{}, all: s.Workloads()}
+	v := workloadView{byUID: map[string]*Workload{}, byIP: map[string]*Workload{}, byName: map[string]*Workload{}, all: s.Workloads()}
+	findKeys(func(key, node, ns, name, sa string) {
+		if w := s.FindWorkload(node, ns, name, sa); w != nil {
+			v.byName[key] = w
+		}
+	})
 	for _, uid := range uids {
 		if w := s.WorkloadByUID(uid); w != nil {
 			v.byUID[uid] = w
@@ -41,7 +68,18 @@ func viewOf(s *Snapshot, uids []string) workloadView {
 
 // modelView computes the view from the model's workloads from scratch.
 func modelView(m map[string]*Workload) workloadView {
-	v := workloadView{byUID: map[string]*Workload{}, byIP: map[string]*Workload{}}
+	v := workloadView{byUID: map[string]*Workload{}, byIP: map[string]*Workload{}, byName: map[string]*Workload{}}
+	findKeys(func(key, node, ns, name, sa string) {
+		for _, w := range m {
+			saOK := w.ServiceAccount == sa || (sa == "" && w.ServiceAccount == DefaultServiceAccount) ||
+				(w.ServiceAccount == "" && sa == DefaultServiceAccount)
+			if w.Namespace == ns && w.Name == name && (node == "" || w.Node == node) && saOK {
+				if cur := v.byName[key]; cur == nil || w.UID < cur.UID {
+					v.byName[key] = w
+				}
+			}
+		}
+	})
 	for uid, w := range m {
 		v.byUID[uid] = w
 		v.all = append(v.all, w)
@@ -76,6 +114,14 @@ func sameView(a, b workloadView) error {
 	if len(a.byIP) != len(b.byIP) {
 		return fmt.Errorf("%d addresses found, want %d", len(b.byIP), len(a.byIP))
 	}
+	for k, w := range a.byName {
+		if b.byName[k] != w {
+			return fmt.Errorf("FindWorkload(%s): %v, want %v", k, uidOf(b.byName[k]), uidOf(w))
+		}
+	}
+	if len(a.byName) != len(b.byName) {
+		return fmt.Errorf("FindWorkload found %d, want %d", len(b.byName), len(a.byName))
+	}
 	if !slices.Equal(a.all, b.all) {
 		return fmt.Errorf("Workloads() lists %d, want %d", len(b.all), len(a.all))
 	}
@@ -103,6 +149,20 @@ func checkSlots(t *testing.T, what string, s *Snapshot) {
 	}
 	if len(used)+len(free) != len(s.slots) {
 		t.Fatalf("%s: %d slots, %d used and %d free", what, len(s.slots), len(used), len(free))
+	}
+	sharedNames := 0
+	for h, slot := range s.byName {
+		if slot < 0 {
+			sharedNames++
+			if len(slices.Collect(s.byNameMore[h].all())) < 2 {
+				t.Fatalf("%s: a shared name lists fewer than two workloads", what)
+			}
+		} else if w := s.slots[slot]; w == nil || nameHash(w.Namespace, w.Name) != h {
+			t.Fatalf("%s: name hash %#x holds slot %d, %v", what, h, slot, uidOf(w))
+		}
+	}
+	if sharedNames != len(s.byNameMore) {
+		t.Fatalf("%s: %d shared names in byName, %d lists in byNameMore", what, sharedNames, len(s.byNameMore))
 	}
 	shared := 0
 	for k, slot := range s.byIP {
@@ -133,6 +193,15 @@ func uidOf(w *Workload) string {
 // at the end, that no published snapshot's answers changed although later
 // batches reused the slots its workloads held.
 func TestWorkloadIndexRandomBatches(t *testing.T) {
+	t.Run("hashes", workloadIndexRandomBatches)
+	// Every name in one of two hashes, so names collide in byName's lists.
+	orig := nameHash
+	t.Cleanup(func() { nameHash = orig })
+	nameHash = func(namespace, name string) uint64 { return uint64(len(namespace) % 2) }
+	t.Run("colliding names", workloadIndexRandomBatches)
+}
+
+func workloadIndexRandomBatches(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 2026))
 	kinds := []string{"Pod", "WorkloadEntry"}
 	var uids []string
@@ -140,8 +209,9 @@ func TestWorkloadIndexRandomBatches(t *testing.T) {
 		uids = append(uids, fmt.Sprintf("c//%s/ns/w%d", kinds[i%2], i))
 	}
 	mk := func(uid string) *Workload {
-		w := &Workload{UID: uid, Namespace: "ns", Name: uid[len(uid)-3:], Network: indexNetworks[rng.IntN(len(indexNetworks))],
-			Protocol: TunnelProtocol(rng.IntN(2))}
+		w := &Workload{UID: uid, Namespace: indexNamespaces[rng.IntN(2)], Name: indexNames[rng.IntN(len(indexNames))],
+			Node: indexNodes[1+rng.IntN(2)], ServiceAccount: indexSAs[rng.IntN(2)],
+			Network: indexNetworks[rng.IntN(len(indexNetworks))], Protocol: TunnelProtocol(rng.IntN(2))}
 		if rng.IntN(8) == 0 {
 			w.NetworkMode = NetworkHost
 		}
