@@ -417,7 +417,7 @@ func (b *Batch) reindexWorkloadIPs(old, w *Workload) {
 		return
 	}
 	if !b.ownByIP {
-		b.next.byIP = cloneFor(b.next.byIP, b.reserve)
+		b.next.byIP.one = cloneFor(b.next.byIP.one, b.reserve)
 		b.ownByIP = true
 	}
 	for i, k := range keys {
@@ -446,24 +446,12 @@ func (b *Batch) ipSlotFor(network string, a netip.Addr) ipSlot {
 	return ipSlot{id, a.Unmap().As16()}
 }
 
-// ipList returns the list of workloads byIP has at k.
-func (b *Batch) ipList(k ipSlot) wlist {
-	slot, ok := b.next.byIP[k]
-	switch {
-	case !ok:
-		return wlist{}
-	case slot < 0:
-		return b.next.byIPMore[k]
-	}
-	return wlist{first: b.next.slots[slot]}
-}
-
 // reindexIP rebuilds the list at k without old and with w (if hasW: w has
 // k).
 func (b *Batch) reindexIP(k ipSlot, old, w *Workload, hasW bool) {
 	var buf [4]*Workload
 	l := buf[:0]
-	for x := range b.ipList(k).all() {
+	for x := range b.next.byIP.list(k, b.next.slots).all() {
 		if x != old && (w == nil || x.UID != w.UID) {
 			l = append(l, x)
 		}
@@ -471,93 +459,84 @@ func (b *Batch) reindexIP(k ipSlot, old, w *Workload, hasW bool) {
 	if hasW {
 		l = append(l, w)
 	}
-	if prev, ok := b.next.byIP[k]; ok && prev < 0 {
-		b.ownIPMore()
-		delete(b.next.byIPMore, k)
-	}
-	switch len(l) {
-	case 0:
-		delete(b.next.byIP, k)
-	case 1:
-		b.next.byIP[k] = b.next.workloads[l[0].UID]
-	default:
-		slices.SortFunc(l, compareByIPPreference)
-		b.next.byIP[k] = -1
-		b.ownIPMore()
-		b.next.byIPMore[k] = makeWlist(l)
-	}
-}
-
-// ownIPMore gives the batch its own byIPMore.
-func (b *Batch) ownIPMore() {
-	if !b.ownByIPMore {
-		b.next.byIPMore = maps.Clone(b.next.byIPMore)
-		b.ownByIPMore = true
-	}
+	slices.SortFunc(l, compareByIPPreference)
+	b.next.byIP.set(k, l, b.next.workloads, &b.ownByIPMore)
 }
 
 // reindexWorkloadName replaces old with w (either may be nil) in the name
 // index.
 func (b *Batch) reindexWorkloadName(old, w *Workload) {
 	if !b.ownByName {
-		b.next.byName = cloneFor(b.next.byName, b.reserve)
+		b.next.byName.one = cloneFor(b.next.byName.one, b.reserve)
 		b.ownByName = true
 	}
 	var buf [4]*Workload
 	if old != nil {
 		h := nameHash(old.Namespace, old.Name)
 		l := buf[:0]
-		for x := range b.nameList(h).all() {
+		for x := range b.next.byName.list(h, b.next.slots).all() {
 			if x.UID != old.UID {
 				l = append(l, x)
 			}
 		}
-		b.setNameList(h, l)
+		b.next.byName.set(h, l, b.next.workloads, &b.ownByNameMore)
 	}
 	if w != nil {
 		h := nameHash(w.Namespace, w.Name)
-		l := append(b.nameList(h).appendTo(buf[:0]), w)
+		l := append(b.next.byName.list(h, b.next.slots).appendTo(buf[:0]), w)
 		slices.SortFunc(l, func(a, b *Workload) int { return cmp.Compare(a.UID, b.UID) })
-		b.setNameList(h, l)
+		b.next.byName.set(h, l, b.next.workloads, &b.ownByNameMore)
 	}
 }
 
-// nameList returns the list of workloads byName has at h.
-func (b *Batch) nameList(h uint64) wlist {
-	slot, ok := b.next.byName[h]
+// slotIndex is a workload index whose table holds no pointer (byIP,
+// byName), so a garbage collection skips it: one maps a key to the slot of
+// its one workload, or to -1 when several have it; their list, in the
+// index's order, is in more. Like the rest of a snapshot, it is never
+// modified once published.
+type slotIndex[K comparable] struct {
+	one  map[K]int32
+	more map[K]wlist
+}
+
+func newSlotIndex[K comparable]() slotIndex[K] {
+	return slotIndex[K]{one: map[K]int32{}, more: map[K]wlist{}}
+}
+
+// list returns the index's list at k; slots are the snapshot's.
+func (x *slotIndex[K]) list(k K, slots []*Workload) wlist {
+	slot, ok := x.one[k]
 	switch {
 	case !ok:
 		return wlist{}
 	case slot < 0:
-		return b.next.byNameMore[h]
+		return x.more[k]
 	}
-	return wlist{first: b.next.slots[slot]}
+	return wlist{first: slots[slot]}
 }
 
-// setNameList makes l, ordered by uid, byName's list at h. The batch owns
-// byName.
-func (b *Batch) setNameList(h uint64, l []*Workload) {
-	if prev, ok := b.next.byName[h]; ok && prev < 0 {
-		b.ownNameMore()
-		delete(b.next.byNameMore, h)
+// set makes l, in the index's order, its list at k; workloads gives the
+// slot of each listed workload. The batch owns x.one; ownMore is its flag
+// for x.more, which set copies before its first change.
+func (x *slotIndex[K]) set(k K, l []*Workload, workloads map[string]int32, ownMore *bool) {
+	ownedMore := func() map[K]wlist {
+		if !*ownMore {
+			x.more = maps.Clone(x.more)
+			*ownMore = true
+		}
+		return x.more
+	}
+	if prev, ok := x.one[k]; ok && prev < 0 {
+		delete(ownedMore(), k)
 	}
 	switch len(l) {
 	case 0:
-		delete(b.next.byName, h)
+		delete(x.one, k)
 	case 1:
-		b.next.byName[h] = b.next.workloads[l[0].UID]
+		x.one[k] = workloads[l[0].UID]
 	default:
-		b.next.byName[h] = -1
-		b.ownNameMore()
-		b.next.byNameMore[h] = makeWlist(l)
-	}
-}
-
-// ownNameMore gives the batch its own byNameMore.
-func (b *Batch) ownNameMore() {
-	if !b.ownByNameMore {
-		b.next.byNameMore = maps.Clone(b.next.byNameMore)
-		b.ownByNameMore = true
+		x.one[k] = -1
+		ownedMore()[k] = makeWlist(l)
 	}
 }
 

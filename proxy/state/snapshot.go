@@ -78,17 +78,13 @@ type Snapshot struct {
 	slots     []*Workload
 	free      []int32
 	workloads map[string]int32
-	// byIP maps an address to the slot of its one workload, or to -1 when
-	// several share it: their list is in byIPMore. netIDs numbers the
-	// networks seen from 1, for ipSlot (0 is the default network, "").
-	byIP     map[ipSlot]int32
-	byIPMore map[ipSlot]wlist
-	netIDs   map[string]uint32
-	// byName maps nameHash(namespace, name) to the slot of its one
-	// workload, or to -1 when several have it: their list, ordered by uid,
-	// is in byNameMore.
-	byName     map[uint64]int32
-	byNameMore map[uint64]wlist
+	// byIP indexes addresses, each list ordered by preference; netIDs
+	// numbers the networks seen from 1, for ipSlot (0 is the default
+	// network, ""). byName indexes nameHash(namespace, name), each list
+	// ordered by uid.
+	byIP       slotIndex[ipSlot]
+	netIDs     map[string]uint32
+	byName     slotIndex[uint64]
 	services   map[string]*Service
 	byVIP      map[ipKey][]string
 	cidrs      []cidrEntry
@@ -123,11 +119,9 @@ func (s *Snapshot) Changes() Changes { return s.changes }
 func emptySnapshot() *Snapshot {
 	return &Snapshot{
 		workloads:  map[string]int32{},
-		byIP:       map[ipSlot]int32{},
-		byIPMore:   map[ipSlot]wlist{},
+		byIP:       newSlotIndex[ipSlot](),
 		netIDs:     map[string]uint32{},
-		byName:     map[uint64]int32{},
-		byNameMore: map[uint64]wlist{},
+		byName:     newSlotIndex[uint64](),
 		services:   map[string]*Service{},
 		byVIP:      map[ipKey][]string{},
 		byHostname: map[string][]*Service{},
@@ -150,14 +144,7 @@ func (s *Snapshot) WorkloadByIP(network string, ip netip.Addr) *Workload {
 	if !ok {
 		return nil
 	}
-	switch slot, ok := s.byIP[k]; {
-	case !ok:
-		return nil
-	case slot < 0:
-		return s.byIPMore[k].first
-	default:
-		return s.slots[slot]
-	}
+	return s.byIP.list(k, s.slots).first
 }
 
 // ipSlotOf returns byIP's key for ip on network; false if no workload can
@@ -193,17 +180,7 @@ func (s *Snapshot) FindWorkload(node, namespace, name, serviceAccount string) *W
 	if serviceAccount == "" {
 		serviceAccount = DefaultServiceAccount
 	}
-	h := nameHash(namespace, name)
-	var l wlist
-	switch slot, ok := s.byName[h]; {
-	case !ok:
-		return nil
-	case slot < 0:
-		l = s.byNameMore[h]
-	default:
-		l = wlist{first: s.slots[slot]}
-	}
-	for w := range l.all() {
+	for w := range s.byName.list(nameHash(namespace, name), s.slots).all() {
 		if w.Namespace == namespace && w.Name == name && (node == "" || w.Node == node) && (w.ServiceAccount == serviceAccount ||
 			(w.ServiceAccount == "" && serviceAccount == DefaultServiceAccount)) {
 			return w

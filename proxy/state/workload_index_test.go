@@ -129,7 +129,7 @@ func sameView(a, b workloadView) error {
 }
 
 // checkSlots checks the slot table's own invariants: every uid's slot holds
-// it, every other slot is free and listed once, and byIPMore holds exactly
+// it, every other slot is free and listed once, and byIP.more holds exactly
 // the addresses byIP marks as shared.
 func checkSlots(t *testing.T, what string, s *Snapshot) {
 	t.Helper()
@@ -150,31 +150,32 @@ func checkSlots(t *testing.T, what string, s *Snapshot) {
 	if len(used)+len(free) != len(s.slots) {
 		t.Fatalf("%s: %d slots, %d used and %d free", what, len(s.slots), len(used), len(free))
 	}
-	sharedNames := 0
-	for h, slot := range s.byName {
-		if slot < 0 {
-			sharedNames++
-			if len(slices.Collect(s.byNameMore[h].all())) < 2 {
-				t.Fatalf("%s: a shared name lists fewer than two workloads", what)
-			}
-		} else if w := s.slots[slot]; w == nil || nameHash(w.Namespace, w.Name) != h {
-			t.Fatalf("%s: name hash %#x holds slot %d, %v", what, h, slot, uidOf(w))
-		}
-	}
-	if sharedNames != len(s.byNameMore) {
-		t.Fatalf("%s: %d shared names in byName, %d lists in byNameMore", what, sharedNames, len(s.byNameMore))
-	}
+	checkSlotIndex(t, what+": byName", s.byName, s.slots, func(h uint64, w *Workload) bool {
+		return nameHash(w.Namespace, w.Name) == h
+	})
+	checkSlotIndex(t, what+": byIP", s.byIP, s.slots, func(k ipSlot, w *Workload) bool {
+		return slices.ContainsFunc(w.Addresses, func(a netip.Addr) bool { return a.As16() == k.addr })
+	})
+}
+
+// checkSlotIndex checks that x lists two or more workloads exactly where one
+// says -1, and that each single slot holds a workload keyOK accepts for its
+// key.
+func checkSlotIndex[K comparable](t *testing.T, what string, x slotIndex[K], slots []*Workload, keyOK func(K, *Workload) bool) {
+	t.Helper()
 	shared := 0
-	for k, slot := range s.byIP {
+	for k, slot := range x.one {
 		if slot < 0 {
 			shared++
-			if len(slices.Collect(s.byIPMore[k].all())) < 2 {
-				t.Fatalf("%s: a shared address lists fewer than two workloads", what)
+			if len(slices.Collect(x.more[k].all())) < 2 {
+				t.Fatalf("%s: a shared key lists fewer than two workloads", what)
 			}
+		} else if w := slots[slot]; w == nil || !keyOK(k, w) {
+			t.Fatalf("%s: key %v holds slot %d, %v", what, k, slot, uidOf(w))
 		}
 	}
-	if shared != len(s.byIPMore) {
-		t.Fatalf("%s: %d shared addresses in byIP, %d lists in byIPMore", what, shared, len(s.byIPMore))
+	if shared != len(x.more) {
+		t.Fatalf("%s: %d shared keys, %d lists in more", what, shared, len(x.more))
 	}
 }
 
