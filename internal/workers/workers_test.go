@@ -1,7 +1,9 @@
 package workers
 
 import (
+	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -36,44 +38,67 @@ func TestGoRunsEveryTask(t *testing.T) {
 	}
 }
 
-// TestWaitingWorkerTakesTheNextTask: a worker that finished waits, and the
-// next task runs on it rather than on a new goroutine.
-func TestWaitingWorkerTakesTheNextTask(t *testing.T) {
-	p := New(1, time.Minute)
-	done := make(chan struct{})
-	p.Go(func() { close(done) })
-	<-done
-	eventually(t, "the worker does not wait for a task", func() bool { return p.Waiting() == 1 })
-	time.Sleep(5 * time.Millisecond) // from counting itself to its receive
-
-	release := make(chan struct{})
-	running := make(chan struct{})
-	p.Go(func() { close(running); <-release })
-	<-running
-	if w := p.Waiting(); w != 0 {
-		t.Fatalf("while the waiting worker runs the second task, Waiting() = %d, want 0", w)
+// goroutineID returns the calling goroutine's number, from its stack trace.
+func goroutineID(t *testing.T) string {
+	var buf [64]byte
+	id, ok := strings.CutPrefix(string(buf[:runtime.Stack(buf[:], false)]), "goroutine ")
+	if !ok {
+		t.Fatal("stack trace without a goroutine number")
 	}
-	close(release)
-	eventually(t, "the worker does not wait again", func() bool { return p.Waiting() == 1 })
+	id, _, _ = strings.Cut(id, " ")
+	return id
 }
 
-// TestIdleWorkersCapped: after a burst, at most the pool's idle count of
-// workers stay; the rest exit.
-func TestIdleWorkersCapped(t *testing.T) {
-	p := New(2, time.Minute)
+// TestWaitingWorkerTakesTheNextTask: a worker that finished waits, and a
+// later task runs on it rather than on a new goroutine. (A task handed over
+// while the worker is between counting itself and its receive runs on a new
+// goroutine, which then exits, the cap being 1; so the test retries.)
+func TestWaitingWorkerTakesTheNextTask(t *testing.T) {
+	p := New(1, time.Minute)
+	ids := make(chan string, 1)
+	p.Go(func() { ids <- goroutineID(t) })
+	first := <-ids
+	for attempt := 0; ; attempt++ {
+		eventually(t, "the worker does not wait for a task", func() bool { return p.Waiting() == 1 })
+		waiting := make(chan int, 1)
+		p.Go(func() { waiting <- p.Waiting(); ids <- goroutineID(t) })
+		w, id := <-waiting, <-ids
+		if id == first {
+			if w != 0 {
+				t.Fatalf("while the waiting worker runs the task, Waiting() = %d, want 0", w)
+			}
+			return
+		}
+		if attempt == 100 {
+			t.Fatal("100 tasks ran on new goroutines while a worker waited")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// burst runs n tasks on p at once, lets them all finish, and checks that
+// want workers then wait, and no more.
+func burst(t *testing.T, p *Pool, n, want int) {
+	t.Helper()
 	release := make(chan struct{})
 	var started sync.WaitGroup
-	for range 8 {
+	for range n {
 		started.Add(1)
 		p.Go(func() { started.Done(); <-release })
 	}
 	started.Wait()
 	close(release)
-	eventually(t, "two workers do not wait", func() bool { return p.Waiting() == 2 })
-	time.Sleep(20 * time.Millisecond) // a third would show up by now
-	if w := p.Waiting(); w != 2 {
-		t.Fatalf("Waiting() = %d after the burst, want the cap 2", w)
+	eventually(t, fmt.Sprintf("%d workers do not wait", want), func() bool { return p.Waiting() == want })
+	time.Sleep(20 * time.Millisecond) // one more would show up by now
+	if w := p.Waiting(); w != want {
+		t.Fatalf("Waiting() = %d after a burst of %d, want %d", w, n, want)
 	}
+}
+
+// TestIdleWorkersCapped: after a burst, at most the pool's idle count of
+// workers stay; the rest exit.
+func TestIdleWorkersCapped(t *testing.T) {
+	burst(t, New(2, time.Minute), 8, 2)
 }
 
 // TestDefaultCapFollowsGOMAXPROCS: a pool made with idle ≤ 0 reads
@@ -82,19 +107,7 @@ func TestDefaultCapFollowsGOMAXPROCS(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
 	p := New(0, time.Minute)
 	runtime.GOMAXPROCS(1)
-	release := make(chan struct{})
-	var started sync.WaitGroup
-	for range 12 {
-		started.Add(1)
-		p.Go(func() { started.Done(); <-release })
-	}
-	started.Wait()
-	close(release)
-	eventually(t, "four workers do not wait", func() bool { return p.Waiting() == 4 })
-	time.Sleep(20 * time.Millisecond)
-	if w := p.Waiting(); w != 4 {
-		t.Fatalf("Waiting() = %d with GOMAXPROCS 1, want 4", w)
-	}
+	burst(t, p, 12, 4)
 }
 
 func TestIdleWorkerExitsAfterLinger(t *testing.T) {
