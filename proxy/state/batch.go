@@ -225,10 +225,7 @@ func (b *Batch) RemoveWorkload(uid string) bool {
 	b.ownWorkloadTable()
 	delete(b.next.workloads, uid)
 	b.next.slots[slot] = nil
-	if !b.ownFree {
-		b.next.free = slices.Clone(b.next.free)
-		b.ownFree = true
-	}
+	b.ownFreeList()
 	b.next.free = append(b.next.free, slot)
 	b.reindexWorkloadIPs(old, nil)
 	b.reindexWorkloadName(old, nil)
@@ -362,16 +359,21 @@ func (b *Batch) ownWorkloadTable() {
 // one at the end. The batch owns the workload table.
 func (b *Batch) takeSlot() int32 {
 	if n := len(b.next.free); n > 0 {
-		if !b.ownFree {
-			b.next.free = slices.Clone(b.next.free)
-			b.ownFree = true
-		}
+		b.ownFreeList()
 		slot := b.next.free[n-1]
 		b.next.free = b.next.free[:n-1]
 		return slot
 	}
 	b.next.slots = append(b.next.slots, nil)
 	return int32(len(b.next.slots) - 1)
+}
+
+// ownFreeList gives the batch its own free list.
+func (b *Batch) ownFreeList() {
+	if !b.ownFree {
+		b.next.free = slices.Clone(b.next.free)
+		b.ownFree = true
+	}
 }
 
 // ipRank orders workloads sharing an IP (SPEC §3.4): lower is preferred.
@@ -540,14 +542,11 @@ func (x *slotIndex[K]) set(k K, l []*Workload, workloads map[string]int32, ownMo
 	}
 }
 
-// wlist is one key's entry in a workload index (byIP, byName): its
-// workloads in the index's order. Nearly every key has one, held inline: a
-// slice of its own per key made 200,000 one-element arrays for 100,000
-// workloads, each allocated by a push and marked by every collection. The
-// rare rest is behind a pointer, not in a slice header, so an entry is two
-// words, not four: every collection scans the indexes' whole tables, and a
-// 100,000-workload store is 4.2 MB (42 B per workload) smaller.
-// Like the rest of a snapshot, a wlist is never modified once stored.
+// wlist is a list of workloads in an index's order: what slotIndex.list
+// returns, and what a slotIndex stores (in more) for a key that several
+// workloads share. The first is inline and the rare rest behind a pointer,
+// so a one-workload list costs no allocation. Like the rest of a snapshot,
+// a stored wlist is never modified.
 type wlist struct {
 	first *Workload    // nil for an empty list
 	more  *[]*Workload // the rest, after first; nil for one
