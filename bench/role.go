@@ -25,7 +25,9 @@ import (
 // The protocol with the harness: the role prints "ready {JSON}" on stdout
 // once it serves, then answers each line of stdin with one line, "ok
 // [PAYLOAD]" or "err MESSAGE". Common commands: "gc" (collect and return
-// memory to the OS), "stats" (JSON: goroutines and role figures). The role
+// memory to the OS), "stats" (JSON: goroutines and role figures), "sched"
+// (JSON: the longest stop-the-world and wait to run since the previous
+// "sched", schedstats.go). The role
 // stops when stdin closes.
 type role interface {
 	// info is the ready line's payload (addresses bound and the like).
@@ -226,6 +228,9 @@ func roleCommand(ctx context.Context, r role, line string) (string, error) {
 			return "", fmt.Errorf("usage: heapprofile FILE")
 		}
 		return "", writeHeapProfile(f[1])
+	case "sched":
+		b, err := json.Marshal(schedStats())
+		return string(b), err
 	case "stats":
 		gc := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}}
 		metrics.Read(gc)

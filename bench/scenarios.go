@@ -455,6 +455,22 @@ func gcCycles(ctx context.Context, cs ...*child) (uint64, error) {
 	return sum, nil
 }
 
+// schedOf asks each of cs for its "sched" figures since the previous ask
+// and returns, for each figure, the largest of them.
+func schedOf(ctx context.Context, cs ...*child) (map[string]float64, error) {
+	out := map[string]float64{}
+	for _, c := range cs {
+		var m map[string]float64
+		if err := c.callJSON(ctx, "sched", &m); err != nil {
+			return nil, err
+		}
+		for k, v := range m {
+			out[k] = max(out[k], v)
+		}
+	}
+	return out, nil
+}
+
 func rssAfterGC(ctx context.Context, cs ...*child) []int64 {
 	out := make([]int64, len(cs))
 	for i, c := range cs {
@@ -596,6 +612,9 @@ func runXDSPush(ctx context.Context, e *env) ([]Result, error) {
 		row(t, "longest stall of a live connection", s.median("push", "stall"), "ms", n).
 			vs("same connection, before the push", s.median("push", "calm")).goal(Target{OnValue: true, Max: true, Bound: 5}).
 			note("1-byte round trip every 1 ms, from the push to 0.5 s after its last ACK"),
+		row(t, "longest stop-the-world of a proxy in that window", s.median("push", "stw"), "ms", n),
+		row(t, "longest wait of a proxy for the world to stop in that window", s.median("push", "stop"), "ms", n),
+		row(t, "longest wait of a ready goroutine to run, in a proxy, in that window", s.median("push", "wait"), "ms", n),
 	}, nil
 }
 
@@ -633,12 +652,19 @@ func (e *env) push(x, out, in *child, p *probe) variant {
 		p.reset()
 		time.Sleep(calmFor)
 		calm, _ := p.reset()
+		if _, err := schedOf(ctx, out, in); err != nil {
+			return nil, err
+		}
 		var res pushResult
 		if err := x.callJSON(ctx, fmt.Sprintf("push %d %s", n, tag), &res); err != nil {
 			return nil, err
 		}
 		time.Sleep(pushTail)
 		stall, _ := p.reset()
+		sched, err := schedOf(ctx, out, in)
+		if err != nil {
+			return nil, err
+		}
 		gc1, err := gcCycles(ctx, out, in)
 		if err != nil {
 			return nil, err
@@ -670,6 +696,9 @@ func (e *env) push(x, out, in *child, p *probe) variant {
 			"stall": float64(stall) / float64(time.Millisecond),
 			"gcs":   float64(gc1-gc0) / 2,
 			"calm":  float64(calm) / float64(time.Millisecond),
+			"stw":   max(sched["stw_total_max_ms"], sched["other_stw_total_max_ms"]),
+			"stop":  sched["stw_stopping_max_ms"],
+			"wait":  sched["runnable_max_ms"],
 		}, nil
 	}}
 }
