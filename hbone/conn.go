@@ -44,7 +44,7 @@ type conn struct {
 	rfr     *http2.Framer
 	hdec    *hpack.Decoder
 	hblock  headerBlock
-	scratch []byte
+	scratch []byte  // a pooled chunk, held only while a small DATA payload is read and delivered
 	pending []chunk // chunks being filled by the read loop
 	abuse   abuseCounters
 	// lastClosedData is the closed stream we last answered DATA on.
