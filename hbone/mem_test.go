@@ -37,20 +37,9 @@ func TestIdleStreamMemory(t *testing.T) {
 		s.Write([]byte("x"))
 		streams = append(streams, s)
 	}
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	for range n {
-		s := p.connect(context.Background())
-		streams = append(streams, s)
-	}
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	per := (int64(after.HeapAlloc) - int64(before.HeapAlloc)) / n
-	t.Logf("heap per idle tunnel (client + server, no stacks): %d bytes", per)
-	if per > 4<<10 {
-		t.Errorf("idle tunnel holds %d bytes of heap, budget 4 KiB", per)
-	}
+	heapPerItem(t, "idle tunnel", n, 4<<10, func() {
+		streams = append(streams, p.connect(context.Background()))
+	})
 	for _, s := range streams {
 		s.Close()
 	}
@@ -254,18 +243,26 @@ func TestIdleConnMemory(t *testing.T) {
 		return p
 	}
 	pairs := []*testPair{open(), open()} // warm up pools
+	heapPerItem(t, "idle connection", n, 22<<10, func() { pairs = append(pairs, open()) })
+	runtime.KeepAlive(pairs)
+}
+
+// heapPerItem calls add n times and fails t if the live heap grew by more
+// than budget bytes per call (client and server ends together, goroutine
+// stacks not counted).
+func heapPerItem(t *testing.T, what string, n int, budget int64, add func()) {
+	t.Helper()
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	for range n {
-		pairs = append(pairs, open())
+		add()
 	}
 	runtime.GC()
 	runtime.ReadMemStats(&after)
-	per := (int64(after.HeapAlloc) - int64(before.HeapAlloc)) / n
-	t.Logf("heap per idle connection (client + server, no stacks): %d bytes", per)
-	if per > 22<<10 {
-		t.Errorf("idle connection holds %d bytes of heap, budget 22 KiB", per)
+	per := (int64(after.HeapAlloc) - int64(before.HeapAlloc)) / int64(n)
+	t.Logf("heap per %s (client + server, no stacks): %d bytes", what, per)
+	if per > budget {
+		t.Errorf("%s holds %d bytes of heap, budget %d KiB", what, per, budget>>10)
 	}
-	runtime.KeepAlive(pairs)
 }
