@@ -17,15 +17,14 @@ import (
 	"github.com/gozt/gozt/internal/workers"
 )
 
-// Handler serves one request stream. It is called on a goroutine of its own
-// per stream (one that an earlier handler may have run on: internal/workers
-// reuses them, so a handler that returns soon starts on a grown stack; one
-// that stays for the stream's life keeps that stack), for CONNECT and for
-// any other method (the handler answers those,
-// with 400). It must call Respond exactly once; after a 200 it may use the
-// stream as a net.Conn, from any goroutine, and must eventually Close it. A
-// handler that returns without responding, or panics, has its stream reset
-// with INTERNAL_ERROR.
+// Handler serves one request stream. It is called on a goroutine of its own per
+// stream (one that an earlier handler may have run on: internal/workers reuses
+// them, so a handler that returns soon starts on a grown stack; one that stays
+// for the stream's life keeps that stack), for CONNECT and for any other method
+// (the handler answers those, with 400). It must call Respond exactly once;
+// after a 200 it may use the stream as a net.Conn, from any goroutine, and must
+// eventually Close it. A handler that returns without responding, or panics,
+// has its stream reset with INTERNAL_ERROR.
 type Handler func(s *ServerStream)
 
 // Server serves HBONE on connections handed to ServeConn. Its exported
