@@ -11,6 +11,7 @@
 //	gozt bench --scenario hbone-up     one scenario (repeatable; --list shows them)
 //	gozt bench --json out.json         also write the JSON there
 //	gozt bench --cpuprofile-dir prof   a CPU and an allocation profile of every proxy process
+//	gozt bench --trace-dir tr          a runtime execution trace of every proxy process
 //
 // Results go to bench/results/ (--out): <date>.json, <date>.md (a Markdown
 // table) and <date>.svg (a bar chart of the ratios), each copied to

@@ -77,6 +77,9 @@ func (e *env) roleWith(ctx context.Context, label, role string, setup func(*exec
 	if e.opts.profileDir != "" && role != "app" {
 		args = append(args, "--cpuprofile", filepath.Join(e.opts.profileDir, e.scen+"-"+label+".pprof"))
 	}
+	if e.opts.traceDir != "" && role != "app" {
+		args = append(args, "--trace", filepath.Join(e.opts.traceDir, e.scen+"-"+label+".trace"))
+	}
 	c, err := startRole(ctx, e.exe, role, args, setup)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", label, err)

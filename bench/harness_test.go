@@ -83,9 +83,9 @@ func TestSOCKSRefused(t *testing.T) {
 }
 
 func TestSplitCommonFlags(t *testing.T) {
-	got := splitCommonFlags([]string{"--config", "f", "--gomaxprocs", "1", "--uids=a,b", "-cpuprofile=/p", "--xds", "x"})
+	got := splitCommonFlags([]string{"--config", "f", "--gomaxprocs", "1", "--uids=a,b", "-cpuprofile=/p", "--xds", "x", "--trace", "/t"})
 	want := splitArgs{
-		common: []string{"--gomaxprocs", "1", "-cpuprofile=/p"},
+		common: []string{"--gomaxprocs", "1", "-cpuprofile=/p", "--trace", "/t"},
 		role:   []string{"--config", "f", "--uids=a,b", "--xds", "x"},
 	}
 	if diff := cmp.Diff(want, got, cmp.AllowUnexported(splitArgs{})); diff != "" {

@@ -13,6 +13,7 @@ import (
 	"runtime/debug"
 	"runtime/metrics"
 	"runtime/pprof"
+	"runtime/trace"
 	"strconv"
 	"strings"
 )
@@ -43,11 +44,13 @@ type role interface {
 // roleFlags are the flags every role accepts.
 type roleFlags struct {
 	cpuprofile string
+	trace      string
 	gomaxprocs int
 }
 
 func (rf *roleFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&rf.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole role to `FILE`, and its allocation profile beside it (.allocs.pprof)")
+	fs.StringVar(&rf.trace, "trace", "", "write a runtime execution trace of the whole role to `FILE`")
 	fs.IntVar(&rf.gomaxprocs, "gomaxprocs", 0, "GOMAXPROCS for the role (0: the runtime's default)")
 }
 
@@ -93,6 +96,17 @@ func runRole(ctx context.Context, name string, args []string, stdout io.Writer) 
 			return err
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if rf.trace != "" {
+		f, err := os.Create(rf.trace)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := trace.Start(f); err != nil {
+			return err
+		}
+		defer trace.Stop()
 	}
 	r, err := start(ctx, rest.role)
 	if err != nil {
@@ -141,7 +155,7 @@ func splitCommonFlags(args []string) splitArgs {
 		a := args[i]
 		name := strings.TrimLeft(a, "-")
 		name, _, hasValue := strings.Cut(name, "=")
-		if name == "cpuprofile" || name == "gomaxprocs" {
+		if name == "cpuprofile" || name == "trace" || name == "gomaxprocs" {
 			s.common = append(s.common, a)
 			if !hasValue && i+1 < len(args) {
 				i++

@@ -26,6 +26,7 @@ type options struct {
 	net        string
 	gomaxprocs int
 	profileDir string
+	traceDir   string
 	haproxy    string
 	reps       int
 }
@@ -74,6 +75,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.net, "net", "127.55", "loopback /16 (first two octets) the setup binds in")
 	fs.IntVar(&o.gomaxprocs, "gomaxprocs", 0, "GOMAXPROCS of the proxy processes (0: runtime default)")
 	fs.StringVar(&o.profileDir, "cpuprofile-dir", "", "write a CPU profile and an allocation profile (.allocs.pprof) of each proxy process to `DIR`")
+	fs.StringVar(&o.traceDir, "trace-dir", "", "write a runtime execution trace of each proxy process to `DIR` (go tool trace; -pprof=sched for where goroutines waited to run)")
 	fs.StringVar(&o.haproxy, "haproxy", "", "haproxy binary (default: haproxy on PATH)")
 	fs.IntVar(&o.reps, "reps", 0, "measured repetitions per variant (0: 3 with --quick, else 7)")
 	if err := fs.Parse(args); err != nil {
@@ -195,8 +197,11 @@ func newEnv(ctx context.Context, opts options, stderr io.Writer) (_ *env, err er
 			e.close()
 		}
 	}()
-	if opts.profileDir != "" {
-		if err := os.MkdirAll(opts.profileDir, 0o755); err != nil {
+	for _, dir := range []string{opts.profileDir, opts.traceDir} {
+		if dir == "" {
+			continue
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, err
 		}
 	}
