@@ -211,7 +211,8 @@ func TestRunQuickEndToEnd(t *testing.T) {
 	defer cancel()
 	// A /16 of its own, so that a bench run on the same machine does not
 	// collide with the test.
-	err := Run(ctx, []string{"--quick", "--scenario", "round-trip", "--out", dir, "--json", jsonPath, "--net", "127.56"}, &stdout, &stderr)
+	traceDir := filepath.Join(dir, "traces")
+	err := Run(ctx, []string{"--quick", "--scenario", "round-trip", "--out", dir, "--json", jsonPath, "--net", "127.56", "--trace-dir", traceDir}, &stdout, &stderr)
 	if err != nil {
 		t.Fatalf("Run: %v\nstderr:\n%s", err, stderr.String())
 	}
@@ -254,6 +255,17 @@ func TestRunQuickEndToEnd(t *testing.T) {
 		if fi, err := os.Stat(filepath.Join(dir, name)); err != nil || fi.Size() == 0 {
 			t.Errorf("%s: %v", name, err)
 		}
+	}
+	// --trace-dir: each proxy process (not the test server) wrote a
+	// runtime execution trace, which starts with the format's header.
+	for _, name := range []string{"round-trip-gozt-out.trace", "round-trip-gozt-in.trace", "round-trip-xnet-out.trace", "round-trip-xnet-in.trace"} {
+		b, err := os.ReadFile(filepath.Join(traceDir, name))
+		if err != nil || !bytes.HasPrefix(b, []byte("go 1.")) || !bytes.Contains(b[:16], []byte(" trace")) {
+			t.Errorf("trace %s: %v, %d bytes; want a Go execution trace", name, err, len(b))
+		}
+	}
+	if ents, _ := os.ReadDir(traceDir); len(ents) != 4 {
+		t.Errorf("%d files in the trace dir, want the 4 proxies'", len(ents))
 	}
 	if !strings.Contains(stdout.String(), "| round trip | added p50 |") {
 		t.Errorf("stdout lacks the table:\n%s", stdout.String())
