@@ -86,27 +86,22 @@ func runRole(ctx context.Context, name string, args []string, stdout io.Writer) 
 	if rf.gomaxprocs > 0 {
 		runtime.GOMAXPROCS(rf.gomaxprocs)
 	}
-	if rf.cpuprofile != "" {
-		f, err := os.Create(rf.cpuprofile)
+	for _, rec := range []struct {
+		path  string
+		start func(io.Writer) error
+		stop  func()
+	}{
+		{rf.cpuprofile, pprof.StartCPUProfile, pprof.StopCPUProfile},
+		{rf.trace, trace.Start, trace.Stop},
+	} {
+		if rec.path == "" {
+			continue
+		}
+		stop, err := record(rec.path, rec.start, rec.stop)
 		if err != nil {
 			return err
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
-	}
-	if rf.trace != "" {
-		f, err := os.Create(rf.trace)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := trace.Start(f); err != nil {
-			return err
-		}
-		defer trace.Stop()
+		defer stop()
 	}
 	r, err := start(ctx, rest.role)
 	if err != nil {
@@ -120,6 +115,23 @@ func runRole(ctx context.Context, name string, args []string, stdout io.Writer) 
 		err = errors.Join(err, writeAllocsProfile(allocsProfilePath(rf.cpuprofile)))
 	}
 	return err
+}
+
+// record creates path and starts a recording (a CPU profile, an execution
+// trace) into it; the returned func stops it and closes the file.
+func record(path string, start func(io.Writer) error, stop func()) (func(), error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := start(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		stop()
+		f.Close()
+	}, nil
 }
 
 // allocsProfilePath is where a role profiled into cpuprofile writes its
