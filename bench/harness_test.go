@@ -260,7 +260,7 @@ func TestRunQuickEndToEnd(t *testing.T) {
 	// runtime execution trace, which starts with the format's header.
 	for _, name := range []string{"round-trip-gozt-out.trace", "round-trip-gozt-in.trace", "round-trip-xnet-out.trace", "round-trip-xnet-in.trace"} {
 		b, err := os.ReadFile(filepath.Join(traceDir, name))
-		if err != nil || !bytes.HasPrefix(b, []byte("go 1.")) || !bytes.Contains(b[:16], []byte(" trace")) {
+		if err != nil || len(b) < 16 || !bytes.HasPrefix(b, []byte("go 1.")) || !bytes.Contains(b[:16], []byte(" trace")) {
 			t.Errorf("trace %s: %v, %d bytes; want a Go execution trace", name, err, len(b))
 		}
 	}
