@@ -11,8 +11,8 @@ import (
 // and how long it stayed stopped, and how long goroutines waited runnable
 // before they ran. The "sched" command reports, for each, the longest
 // interval seen since the previous "sched" (the upper bound of the highest
-// bucket that gained counts) and how many of the intervals were over 1 ms,
-// so that a scenario can say which one a stall of a live connection was.
+// bucket that gained counts), so that a scenario can say which one a stall
+// of a live connection was.
 var schedHists = []struct{ key, name string }{
 	{"stw_stopping", "/sched/pauses/stopping/gc:seconds"},
 	{"stw_total", "/sched/pauses/total/gc:seconds"},
@@ -22,11 +22,11 @@ var schedHists = []struct{ key, name string }{
 
 var (
 	schedMu   sync.Mutex
-	schedLast map[string][]uint64 // counts at the previous "sched"
+	schedLast = map[string][]uint64{} // counts at the previous "sched"
 )
 
-// schedStats returns, for each of schedHists, "KEY_max_ms" and
-// "KEY_over_1ms" since the previous call (since the start, for the first).
+// schedStats returns, for each of schedHists, "KEY_max_ms" since the
+// previous call (since the start, for the first).
 func schedStats() map[string]float64 {
 	samples := make([]metrics.Sample, len(schedHists))
 	for i, h := range schedHists {
@@ -35,29 +35,24 @@ func schedStats() map[string]float64 {
 	metrics.Read(samples)
 	schedMu.Lock()
 	defer schedMu.Unlock()
-	if schedLast == nil {
-		schedLast = map[string][]uint64{}
-	}
 	out := map[string]float64{}
 	for i, h := range schedHists {
 		if samples[i].Value.Kind() != metrics.KindFloat64Histogram {
 			continue
 		}
 		hist := samples[i].Value.Float64Histogram()
-		maxS, over := histDelta(hist.Buckets, hist.Counts, schedLast[h.key], 1e-3)
+		maxS := histDelta(hist.Buckets, hist.Counts, schedLast[h.key])
 		schedLast[h.key] = append(schedLast[h.key][:0], hist.Counts...)
 		out[h.key+"_max_ms"] = maxS * 1e3
-		out[h.key+"_over_1ms"] = float64(over)
 	}
 	return out
 }
 
 // histDelta compares a histogram's counts with prev (nil: all zero): it
 // returns the upper bound of the highest bucket whose count grew (its lower
-// bound if the upper is +Inf; 0 if none grew) and how many new counts are
-// in buckets whose lower bound is at least limit. buckets has one more
-// element than counts, as in metrics.Float64Histogram.
-func histDelta(buckets []float64, counts, prev []uint64, limit float64) (maxBound float64, over uint64) {
+// bound if the upper is +Inf; 0 if none grew). buckets has one more element
+// than counts, as in metrics.Float64Histogram.
+func histDelta(buckets []float64, counts, prev []uint64) (maxBound float64) {
 	for i, c := range counts {
 		var p uint64
 		if i < len(prev) {
@@ -71,9 +66,6 @@ func histDelta(buckets []float64, counts, prev []uint64, limit float64) (maxBoun
 			hi = buckets[i]
 		}
 		maxBound = hi
-		if buckets[i] >= limit {
-			over += c - p
-		}
 	}
-	return maxBound, over
+	return maxBound
 }
