@@ -86,23 +86,16 @@ func runRole(ctx context.Context, name string, args []string, stdout io.Writer) 
 	if rf.gomaxprocs > 0 {
 		runtime.GOMAXPROCS(rf.gomaxprocs)
 	}
-	for _, rec := range []struct {
-		path  string
-		start func(io.Writer) error
-		stop  func()
-	}{
-		{rf.cpuprofile, pprof.StartCPUProfile, pprof.StopCPUProfile},
-		{rf.trace, trace.Start, trace.Stop},
-	} {
-		if rec.path == "" {
-			continue
-		}
-		stop, err := record(rec.path, rec.start, rec.stop)
-		if err != nil {
-			return err
-		}
-		defer stop()
+	stopCPU, err := record(rf.cpuprofile, pprof.StartCPUProfile, pprof.StopCPUProfile)
+	if err != nil {
+		return err
 	}
+	defer stopCPU()
+	stopTrace, err := record(rf.trace, trace.Start, trace.Stop)
+	if err != nil {
+		return err
+	}
+	defer stopTrace()
 	r, err := start(ctx, rest.role)
 	if err != nil {
 		return fmt.Errorf("role %s: %w", name, err)
@@ -118,8 +111,12 @@ func runRole(ctx context.Context, name string, args []string, stdout io.Writer) 
 }
 
 // record creates path and starts a recording (a CPU profile, an execution
-// trace) into it; the returned func stops it and closes the file.
+// trace) into it; the returned func stops it and closes the file. An empty
+// path records nothing.
 func record(path string, start func(io.Writer) error, stop func()) (func(), error) {
+	if path == "" {
+		return func() {}, nil
+	}
 	f, err := os.Create(path)
 	if err != nil {
 		return nil, err
