@@ -652,6 +652,8 @@ func (e *env) push(x, out, in *child, p *probe) variant {
 		p.reset()
 		time.Sleep(calmFor)
 		calm, _ := p.reset()
+		// The proxies' sched figures are since the previous ask: this one
+		// starts the push's window.
 		if _, err := schedOf(ctx, out, in); err != nil {
 			return nil, err
 		}
