@@ -77,30 +77,54 @@ func putBuffer(b []byte) {
 // copyBuffered copies h.src to h.dst through pooled buffers that grow with
 // the bytes moved. It returns nil when h.src reaches EOF.
 //
-// A *net.TCPConn source is first waited on until it is readable (see
-// newReadWaiter), so an idle direction holds no buffer; the wait is skipped
-// while reads fill the buffer, since more bytes are then likely queued. Other
-// sources are read with a buffer in hand.
+// A *net.TCPConn source is read through a sockReader, so an idle direction
+// waits without a buffer. Other sources are read with a buffer in hand.
 func (h *half) copyBuffered() error {
-	var w *readWaiter
+	var r *sockReader
 	if tcp, ok := h.src().(*net.TCPConn); ok {
-		w = newReadWaiter(tcp)
+		r = newSockReader(tcp)
 	}
-	full := false
 	for {
-		if w != nil && !full {
-			if err := w.wait(); err != nil {
-				return readError(err)
+		var err error
+		if r == nil {
+			_, err = h.copyChunk()
+		} else {
+			var buf []byte
+			var n int
+			if buf, n, err = h.readSocket(r, true); err == nil {
+				err = h.writeChunk(buf, n)
 			}
 		}
-		var err error
-		if full, err = h.copyChunk(); err != nil {
-			if err == io.EOF {
-				return nil
-			}
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
 			return err
 		}
 	}
+}
+
+// readSocket reads h.src through r (see sockReader.read) into a buffer of
+// h's current size class. io.EOF and errWouldBlock come back as they are,
+// other errors wrapped with the operation.
+func (h *half) readSocket(r *sockReader, wait bool) ([]byte, int, error) {
+	buf, n, err := r.read(bufferSize(h.n), wait)
+	if err != nil && err != io.EOF && err != errWouldBlock {
+		err = readError(err)
+	}
+	return buf, n, err
+}
+
+// writeChunk writes the n bytes a read left in buf to h.dst, counts them and
+// puts buf back in its pool.
+func (h *half) writeChunk(buf []byte, n int) error {
+	nw, err := writeFull(h.dst(), buf[:n])
+	putBuffer(buf)
+	h.add(int64(nw))
+	if err != nil {
+		return fmt.Errorf("write: %w", err)
+	}
+	return nil
 }
 
 // copyChunk makes one read from h.src into a pooled buffer of the current

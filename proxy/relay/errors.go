@@ -22,3 +22,11 @@ func isBenign(err error) bool {
 		errors.Is(err, syscall.ECONNABORTED) ||
 		errors.Is(err, syscall.ENOTCONN)
 }
+
+// Internal outcomes of a sockReader's read, never returned by the package:
+// errWouldBlock is a read that found nothing and was told not to wait,
+// errIdle a brief wait (half.readBriefly) that saw no byte.
+var (
+	errWouldBlock = errors.New("relay: nothing to read yet")
+	errIdle       = errors.New("relay: idle")
+)

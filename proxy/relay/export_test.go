@@ -24,19 +24,34 @@ const (
 	SpliceChunk = spliceChunk
 )
 
-// NewReadWaiterForTest returns a readability waiter for c, or nil where the
-// platform has none.
-func NewReadWaiterForTest(c *net.TCPConn) interface{ Wait() error } {
-	w := newReadWaiter(c)
-	if w == nil {
+// NewSockReaderForTest returns the reader an idle-capable direction reads a
+// TCP socket with, or nil where the platform has none. Read waits or not,
+// puts the buffer back and returns the bytes read.
+func NewSockReaderForTest(c *net.TCPConn) interface {
+	Read(wait bool) ([]byte, error)
+} {
+	r := newSockReader(c)
+	if r == nil {
 		return nil
 	}
-	return waiterForTest{w}
+	return readerForTest{r}
 }
 
-type waiterForTest struct{ w *readWaiter }
+type readerForTest struct{ r *sockReader }
 
-func (w waiterForTest) Wait() error { return w.w.wait() }
+func (r readerForTest) Read(wait bool) ([]byte, error) {
+	buf, n, err := r.r.read(SmallSize, wait)
+	if buf == nil {
+		return nil, err
+	}
+	got := append([]byte(nil), buf[:n]...)
+	putBuffer(buf)
+	return got, err
+}
+
+// ErrWouldBlock is what a reader's Read without wait returns for an empty
+// socket.
+var ErrWouldBlock = errWouldBlock
 
 // NewTCPSinkForTest returns the destination a pushing source writes to, for
 // the socket c, and a function reporting the bytes it counted.
@@ -76,7 +91,7 @@ func CopyWithCounters(a, b net.Conn, aToB, bToA *atomic.Int64) (Result, error) {
 // A source that pushes (an HBONE stream towards a TCP socket) needs no
 // goroutine of its own: the caller's runs the other direction, and is then
 // the only goroutine the connection has. It idles in run, half.run,
-// copyBuffered and readWaiter.wait, which keep small frames (their work is in
+// copyBuffered and sockReader.read, which keep small frames (their work is in
 // functions marked noinline): the runtime shrinks an idle goroutine's stack
 // only while it uses less than a quarter of it.
 //

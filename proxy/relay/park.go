@@ -69,7 +69,7 @@ type Poller struct {
 // fields are guarded by the Poller's mu.
 type parker struct {
 	h     *half
-	w     *readWaiter
+	r     *sockReader
 	tcp   *net.TCPConn
 	slot  int32
 	gen   uint32 // counts the slot's uses, so that a late event for a former occupant is dropped
@@ -97,11 +97,11 @@ func (p *Poller) usable() bool {
 	return p != nil && parkSupported && !p.closed.Load()
 }
 
-// park registers h's source, whose wait w is, and arms it. It reports
+// park registers h's source, which r reads, and arms it. It reports
 // whether it did; if so, h's goroutine must return at once, and a new one
 // runs h.pull when the socket is readable, or when it is closed through p.
 // If not, the caller waits on its goroutine as without a Poller.
-func (p *Poller) park(h *half, w *readWaiter) bool {
+func (p *Poller) park(h *half, r *sockReader) bool {
 	if !p.usable() {
 		return false
 	}
@@ -112,7 +112,7 @@ func (p *Poller) park(h *half, w *readWaiter) bool {
 	}
 	pk := h.pk
 	if pk == nil {
-		pk = &parker{h: h, w: w, tcp: h.src().(*net.TCPConn)}
+		pk = &parker{h: h, r: r, tcp: h.src().(*net.TCPConn)}
 		p.addLocked(pk)
 		h.pk = pk
 	}
@@ -167,7 +167,7 @@ func (p *Poller) wake(slot int32, gen uint32) {
 		return
 	}
 	pk.armed = false
-	go pk.h.pullReadable(pk.w)
+	go pk.h.pullReadable(pk.r)
 }
 
 // forget drops h's parker when h ends.
@@ -221,7 +221,7 @@ func (p *Poller) closeWith(c net.Conn, closeFn func()) {
 	closeFn()
 	p.mu.Unlock()
 	if parked {
-		go pk.h.pull(pk.w)
+		go pk.h.pull(pk.r)
 	}
 }
 
@@ -257,7 +257,7 @@ func (p *Poller) handBack() {
 		ep.close()
 	}
 	for _, pk := range back {
-		go pk.h.pull(pk.w)
+		go pk.h.pull(pk.r)
 	}
 }
 

@@ -79,7 +79,7 @@ func (ep *epollSet) arm(pk *parker) error {
 	}
 	ev := unix.EpollEvent{Events: parkEvents, Fd: pk.slot, Pad: int32(pk.gen)}
 	var cerr error
-	err := pk.w.rc.Control(func(fd uintptr) {
+	err := pk.r.rc.Control(func(fd uintptr) {
 		cerr = ep.ctl(op, int(fd), &ev)
 	})
 	if err != nil {
@@ -90,7 +90,7 @@ func (ep *epollSet) arm(pk *parker) error {
 
 // remove takes pk's socket out of the set.
 func (ep *epollSet) remove(pk *parker) {
-	_ = pk.w.rc.Control(func(fd uintptr) {
+	_ = pk.r.rc.Control(func(fd uintptr) {
 		// Fails only if the socket was not in the set; closing it
 		// would have removed it.
 		_ = ep.ctl(unix.EPOLL_CTL_DEL, int(fd), &unix.EpollEvent{})

@@ -1,10 +1,10 @@
 package relay
 
 import (
+	"io"
 	"net"
 	"os"
 	"syscall"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -32,56 +32,80 @@ func (s *tcpSink) tryFD(fd uintptr) bool {
 	}
 }
 
-// readWaiter waits until a TCP socket has bytes to read (or an end or an
-// error to report) without holding a buffer: it parks on the runtime's
-// poller through RawConn.Read, and looks with a one-byte MSG_PEEK. The first
-// look happens before any wait, so bytes already queued are never missed.
-type readWaiter struct {
+// sockReader reads a TCP socket for a direction that holds no buffer while
+// it waits: each read takes a pooled buffer (getBuffer) just for its
+// non-blocking read(2) and gives it back when the socket has nothing, so a
+// wait in the runtime's poller (through RawConn.Read) or in a Poller holds
+// none. The first read happens before any wait, so bytes already queued
+// are never missed, and a wake-up costs one system call: the read itself,
+// where a readiness look (a one-byte MSG_PEEK) and then the read took two,
+// and a FIN two reads of nothing.
+type sockReader struct {
 	rc   syscall.RawConn
-	look func(fd uintptr) bool // peek bound once, so a wait allocates nothing
-	b    [1]byte
+	fill func(fd uintptr) bool // readFD bound once, so a read allocates nothing
+
+	// The read in progress.
+	size int    // the buffer class to take
+	wait bool   // wait in the poller when the socket has nothing
+	buf  []byte // the buffer read into, if any bytes came
+	n    int
 	err  error
 }
 
-// newReadWaiter returns a waiter for c, or nil if c has no raw socket.
-func newReadWaiter(c *net.TCPConn) *readWaiter {
+// newSockReader returns a reader for c, or nil if c has no raw socket.
+func newSockReader(c *net.TCPConn) *sockReader {
 	rc, err := c.SyscallConn()
 	if err != nil {
 		return nil
 	}
-	w := &readWaiter{rc: rc}
-	w.look = w.peek
-	return w
+	r := &sockReader{rc: rc}
+	r.fill = r.readFD
+	return r
 }
 
-// wait returns once the socket is readable. An error the look found (a
-// reset, say) is returned as it is: the kernel reports a reset only once, so
-// the read that follows would otherwise see a plain EOF.
-func (w *readWaiter) wait() error {
-	w.err = nil
-	if err := w.rc.Read(w.look); err != nil {
-		return err
+// read reads what the socket holds into a pooled buffer of the given size.
+// With wait it first waits until the socket is readable (as long as its
+// read deadline allows); without, a socket with nothing to read returns
+// errWouldBlock at once. It returns the buffer, whole (the caller puts it
+// back with putBuffer), and how many bytes it holds (at least one); or no
+// buffer and io.EOF for the peer's FIN, or the error of the read or of the
+// wait (a reset, a closed socket, the deadline).
+func (r *sockReader) read(size int, wait bool) ([]byte, int, error) {
+	r.size, r.wait = size, wait
+	err := r.rc.Read(r.fill)
+	buf, n := r.buf, r.n
+	if err == nil {
+		err = r.err
 	}
-	return w.err
+	r.buf, r.n, r.err = nil, 0, nil
+	return buf, n, err
 }
 
-// peek reports whether the socket is readable: a byte is queued, the peer
-// ended its side, or the socket has an error (kept in w.err).
-func (w *readWaiter) peek(fd uintptr) bool {
+// readFD makes one non-blocking read into a fresh buffer. RawConn.Read
+// calls it with the socket's read lock held, and again each time the
+// runtime's poller reports the socket readable, until it returns true.
+func (r *sockReader) readFD(fd uintptr) bool {
+	buf := getBuffer(r.size)
 	for {
-		// recvfrom(2) directly rather than unix.Recvfrom, whose address
-		// buffer escapes: a wait must not allocate.
-		_, _, errno := unix.Syscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&w.b[0])), 1,
-			unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
-		switch errno {
-		case 0:
-			return true
-		case unix.EINTR:
+		n, err := unix.Read(int(fd), buf)
+		switch {
+		case err == unix.EINTR:
 			continue
-		case unix.EAGAIN:
-			return false
+		case err == unix.EAGAIN:
+			putBuffer(buf)
+			if r.wait {
+				return false
+			}
+			r.err = errWouldBlock
+		case err != nil:
+			putBuffer(buf)
+			r.err = &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", err)}
+		case n == 0:
+			putBuffer(buf)
+			r.err = io.EOF
+		default:
+			r.buf, r.n = buf, n
 		}
-		w.err = &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("recvfrom", errno)}
 		return true
 	}
 }

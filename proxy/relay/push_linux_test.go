@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"os"
 	"syscall"
 	"testing"
 	"time"
@@ -11,112 +12,121 @@ import (
 	"github.com/gozt/gozt/proxy/relay"
 )
 
-// waitAsync runs w.Wait on a goroutine and returns its result channel.
-func waitAsync(w interface{ Wait() error }) <-chan error {
-	ch := make(chan error, 1)
-	go func() { ch <- w.Wait() }()
+// readAsync runs a waiting r.Read on a goroutine and returns its result.
+func readAsync(r interface {
+	Read(wait bool) ([]byte, error)
+}) <-chan readResult {
+	ch := make(chan readResult, 1)
+	go func() {
+		b, err := r.Read(true)
+		ch <- readResult{b, err}
+	}()
 	return ch
 }
 
-// TestReadWaiter checks the readability wait that lets an idle direction
-// hold no buffer: bytes queued before the wait are seen at once (the first
-// look happens before any parking), a wait lasts until bytes arrive, the
-// peer's FIN counts as readable, and a reset is reported as the error
-// rather than left for the next read to miss.
-func TestReadWaiter(t *testing.T) {
+type readResult struct {
+	b   []byte
+	err error
+}
+
+// TestSockReader checks the reads that let an idle direction wait without a
+// buffer: bytes queued before the read are taken at once (the first read
+// happens before any parking), a waiting read lasts until bytes arrive, one
+// that may not wait returns ErrWouldBlock at once, the peer's FIN is io.EOF
+// and a reset is reported as the error.
+func TestSockReader(t *testing.T) {
 	t.Run("queued", func(t *testing.T) {
 		peer, c := tcpConnPair(t)
 		defer peer.Close()
 		defer c.Close()
-		if _, err := peer.Write([]byte("x")); err != nil {
+		if _, err := peer.Write([]byte("xy")); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(20 * time.Millisecond) // let the byte land
-		w := relay.NewReadWaiterForTest(c)
-		select {
-		case err := <-waitAsync(w):
-			if err != nil {
-				t.Fatalf("wait with a queued byte = %v", err)
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatal("wait did not see a byte queued before it started")
+		time.Sleep(20 * time.Millisecond) // let the bytes land
+		r := relay.NewSockReaderForTest(c)
+		b, err := r.Read(false)
+		if err != nil || string(b) != "xy" {
+			t.Fatalf("read with queued bytes = %q, %v; want \"xy\"", b, err)
 		}
-		// The byte is still there for the read.
-		var b [1]byte
-		if n, err := c.Read(b[:]); n != 1 || b[0] != 'x' {
-			t.Errorf("read after wait = %d, %v (%q); want the queued byte", n, err, b[:n])
+		if b, err := r.Read(false); err != relay.ErrWouldBlock || b != nil {
+			t.Fatalf("read of a drained socket without waiting = %q, %v; want ErrWouldBlock", b, err)
 		}
 	})
 	t.Run("blocks until data", func(t *testing.T) {
 		peer, c := tcpConnPair(t)
 		defer peer.Close()
 		defer c.Close()
-		done := waitAsync(relay.NewReadWaiterForTest(c))
+		done := readAsync(relay.NewSockReaderForTest(c))
 		select {
-		case err := <-done:
-			t.Fatalf("wait returned %v with nothing to read", err)
+		case got := <-done:
+			t.Fatalf("read returned %q, %v with nothing to read", got.b, got.err)
 		case <-time.After(100 * time.Millisecond):
 		}
 		peer.Write([]byte("y"))
 		select {
-		case err := <-done:
-			if err != nil {
-				t.Fatalf("wait = %v", err)
+		case got := <-done:
+			if got.err != nil || string(got.b) != "y" {
+				t.Fatalf("read = %q, %v; want \"y\"", got.b, got.err)
 			}
 		case <-time.After(5 * time.Second):
-			t.Fatal("wait did not return when a byte arrived")
+			t.Fatal("read did not return when a byte arrived")
+		}
+	})
+	t.Run("deadline", func(t *testing.T) {
+		peer, c := tcpConnPair(t)
+		defer peer.Close()
+		defer c.Close()
+		c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+		if got := <-readAsync(relay.NewSockReaderForTest(c)); !errors.Is(got.err, os.ErrDeadlineExceeded) {
+			t.Fatalf("read past the deadline = %q, %v; want a deadline error", got.b, got.err)
 		}
 	})
 	t.Run("fin", func(t *testing.T) {
 		peer, c := tcpConnPair(t)
 		defer peer.Close()
 		defer c.Close()
-		done := waitAsync(relay.NewReadWaiterForTest(c))
+		done := readAsync(relay.NewSockReaderForTest(c))
 		peer.CloseWrite()
-		if err := <-done; err != nil {
-			t.Fatalf("wait after FIN = %v, want nil (readable: EOF)", err)
-		}
-		if _, err := c.Read(make([]byte, 1)); err != io.EOF {
-			t.Errorf("read after FIN = %v, want EOF", err)
+		if got := <-done; got.err != io.EOF || got.b != nil {
+			t.Fatalf("read after FIN = %q, %v; want EOF", got.b, got.err)
 		}
 	})
 	t.Run("reset", func(t *testing.T) {
 		peer, c := tcpConnPair(t)
 		defer c.Close()
-		done := waitAsync(relay.NewReadWaiterForTest(c))
+		done := readAsync(relay.NewSockReaderForTest(c))
 		peer.SetLinger(0)
 		peer.Close()
-		err := <-done
-		if !errors.Is(err, syscall.ECONNRESET) || !relay.IsBenign(err) {
-			t.Fatalf("wait after a reset = %v, want ECONNRESET", err)
+		got := <-done
+		if !errors.Is(got.err, syscall.ECONNRESET) || !relay.IsBenign(got.err) {
+			t.Fatalf("read after a reset = %v, want ECONNRESET", got.err)
 		}
 	})
 	t.Run("closed", func(t *testing.T) {
 		peer, c := tcpConnPair(t)
 		defer peer.Close()
-		done := waitAsync(relay.NewReadWaiterForTest(c))
+		done := readAsync(relay.NewSockReaderForTest(c))
 		time.Sleep(20 * time.Millisecond)
 		c.Close()
-		if err := <-done; err == nil || !relay.IsBenign(err) {
-			t.Fatalf("wait on a conn closed under it = %v, want a use-of-closed error", err)
+		if got := <-done; got.err == nil || !relay.IsBenign(got.err) {
+			t.Fatalf("read on a conn closed under it = %v, want a use-of-closed error", got.err)
 		}
 	})
 }
 
-// TestReadWaiterNoAllocs: waiting and TryWrite allocate nothing, so an idle
-// connection costs no garbage per wake-up and a push none per write.
-func TestReadWaiterNoAllocs(t *testing.T) {
+// TestSockReaderNoAllocs: a read that finds nothing and a TryWrite allocate
+// nothing, so an idle connection costs no garbage per wake-up and a push
+// none per write.
+func TestSockReaderNoAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts are meaningless under the race detector")
 	}
 	peer, c := tcpConnPair(t)
 	defer peer.Close()
 	defer c.Close()
-	peer.Write([]byte("z")) // stays queued: every wait returns at once
-	time.Sleep(20 * time.Millisecond)
-	w := relay.NewReadWaiterForTest(c)
-	if n := testing.AllocsPerRun(100, func() { w.Wait() }); n != 0 {
-		t.Errorf("wait allocates %v times per call, want 0", n)
+	r := relay.NewSockReaderForTest(c)
+	if n := testing.AllocsPerRun(100, func() { r.Read(false) }); n != 0 {
+		t.Errorf("a read of an empty socket allocates %v times per call, want 0", n)
 	}
 	sink, _ := relay.NewTCPSinkForTest(c)
 	b := []byte("b")

@@ -10,9 +10,9 @@ const pushSupported = false
 
 func (s *tcpSink) tryFD(fd uintptr) bool { return true }
 
-// readWaiter is not available here: directions read with a buffer in hand.
-type readWaiter struct{}
+// sockReader is not available here: directions read with a buffer in hand.
+type sockReader struct{}
 
-func newReadWaiter(*net.TCPConn) *readWaiter { return nil }
+func newSockReader(*net.TCPConn) *sockReader { return nil }
 
-func (w *readWaiter) wait() error { return nil }
+func (r *sockReader) read(int, bool) ([]byte, int, error) { return nil, 0, errWouldBlock }

@@ -66,8 +66,8 @@ func (st *copyState) runStarted() {
 	st.watchResets()
 	pull := st.startPush()
 	if pull != nil {
-		if w := newReadWaiter(pull.src().(*net.TCPConn)); w != nil {
-			pull.pull(w)
+		if r := newSockReader(pull.src().(*net.TCPConn)); r != nil {
+			pull.pull(r)
 			return
 		}
 		go st.runLast(pull)
@@ -111,46 +111,55 @@ const idleRespawn = 20 * time.Millisecond
 //
 // Start owns the socket's read deadline meanwhile: it sets one for the
 // short waits.
-func (h *half) pull(w *readWaiter) {
-	var err error
-	switch {
-	case !h.p.poller.usable():
-		err = w.wait()
-		if err != nil {
-			err = readError(err)
-		}
-	default:
-		var ready bool
-		if ready, err = h.waitBriefly(w); err == nil && !ready {
-			if h.p.poller.park(h, w) {
+func (h *half) pull(r *sockReader) {
+	var (
+		buf []byte
+		n   int
+		err error
+	)
+	if h.p.poller.usable() {
+		buf, n, err = h.readBriefly(r)
+		if err == errIdle {
+			if h.p.poller.park(h, r) {
 				return
 			}
-			if err = w.wait(); err != nil {
-				err = readError(err)
-			}
+			buf, n, err = h.readSocket(r, true)
 		}
+	} else {
+		buf, n, err = h.readSocket(r, true)
 	}
-	h.copyTurn(w, err)
+	h.copyTurn(r, buf, n, err)
 }
 
 // pullReadable is pull for a turn the Poller starts because its one-shot
 // event reported the socket readable (or closed): the wait is done, so the
-// turn copies at once, without pull's deadline changes and peek.
-func (h *half) pullReadable(w *readWaiter) { h.copyTurn(w, nil) }
+// turn reads at once, without pull's deadline changes.
+func (h *half) pullReadable(r *sockReader) {
+	buf, n, err := h.readSocket(r, false)
+	if err == errWouldBlock { // nothing after all: wait again
+		h.pull(r)
+		return
+	}
+	h.copyTurn(r, buf, n, err)
+}
 
-// copyTurn is the copying part of a turn whose wait ended with err: it
-// copies while bytes come (see pull), then hands the wait on or ends the
-// direction.
-func (h *half) copyTurn(w *readWaiter, err error) {
+// copyTurn is the copying part of a turn whose first read returned buf, n
+// and err: it copies while bytes come (see pull), then hands the wait on or
+// ends the direction.
+func (h *half) copyTurn(r *sockReader, buf []byte, n int, err error) {
 	for err == nil {
-		var full, ready bool
-		full, err = h.copyChunk()
-		if err != nil || full {
-			continue
+		full := n == len(buf)
+		if err = h.writeChunk(buf, n); err != nil {
+			break
 		}
-		if ready, err = h.waitBriefly(w); err == nil && !ready {
-			if !h.p.poller.park(h, w) {
-				go h.pull(w)
+		if full { // more is likely queued: look before waiting
+			if buf, n, err = h.readSocket(r, false); err != errWouldBlock {
+				continue
+			}
+		}
+		if buf, n, err = h.readBriefly(r); err == errIdle {
+			if !h.p.poller.park(h, r) {
+				go h.pull(r)
 			}
 			return
 		}
@@ -161,24 +170,27 @@ func (h *half) copyTurn(w *readWaiter, err error) {
 	h.endPull(err)
 }
 
-// waitBriefly waits up to idleRespawn for h.src to become readable. It
-// reports whether it did, or the error the wait found.
-func (h *half) waitBriefly(w *readWaiter) (bool, error) {
+// readBriefly reads h.src, waiting up to idleRespawn for it to become
+// readable. It returns what readSocket does, or errIdle if nothing came.
+func (h *half) readBriefly(r *sockReader) ([]byte, int, error) {
 	src := h.src().(*net.TCPConn)
 	if err := src.SetReadDeadline(time.Now().Add(idleRespawn)); err != nil {
-		return false, readError(err)
+		return nil, 0, readError(err)
 	}
-	werr := w.wait()
+	buf, n, rerr := r.read(bufferSize(h.n), true)
 	if err := src.SetReadDeadline(time.Time{}); err != nil {
-		return false, readError(err)
+		if buf != nil {
+			putBuffer(buf)
+		}
+		return nil, 0, readError(err)
 	}
 	switch {
-	case werr == nil:
-		return true, nil
-	case errors.Is(werr, os.ErrDeadlineExceeded):
-		return false, nil
+	case rerr == nil, rerr == io.EOF:
+		return buf, n, rerr
+	case errors.Is(rerr, os.ErrDeadlineExceeded):
+		return nil, 0, errIdle
 	}
-	return false, readError(werr)
+	return nil, 0, readError(rerr)
 }
 
 // endPull ends the pulling direction: it half-closes the destination or
