@@ -100,7 +100,9 @@ func (cc *ClientConn) ConnectEarly(ctx context.Context, authority string, h http
 	if err := cc.c.reserve(); err != nil {
 		return nil, err
 	}
-	return cc.c.connect(ctx, authority, h, &early{src: src})
+	e := &early{src: src}
+	defer e.release()
+	return cc.c.connect(ctx, authority, h, e)
 }
 
 // ActiveStreams returns the number of streams open or being opened.

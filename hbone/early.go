@@ -40,7 +40,10 @@ const maxEarly = 64 << 10
 
 // earlyFirstBuf is the first read buffer's size: a client-speaks-first
 // request usually fits; the buffer doubles, up to the cap, while it fills.
-const earlyFirstBuf = 2 << 10
+// It is a pooled chunk (databuf.go), given back when the connect ends
+// (release): made for each connection, it was a third of the bytes an
+// outbound proxy allocated per connection in gozt bench's connect scenario.
+const earlyFirstBuf = 4 << 10
 
 // errEarlyHalted ends an early write interrupted by halt.
 var errEarlyHalted = errors.New("hbone: early write halted")
@@ -63,12 +66,13 @@ var errEarlyHalted = errors.New("hbone: early write halted")
 // refusal it answers with send_error and drops the RecvStream, and the
 // bytes with it.
 type early struct {
-	src  EarlySource
-	buf  []byte // every byte read from src so far
-	err  error  // what ended reading src (io.EOF included), or nil
-	stop chan struct{}
-	done chan struct{}
-	sent int // bytes of buf the current attempt's stream took
+	src   EarlySource
+	buf   []byte // every byte read from src so far
+	chunk []byte // the pooled chunk buf lives in, or nil once it outgrew it
+	err   error  // what ended reading src (io.EOF included), or nil
+	stop  chan struct{}
+	done  chan struct{}
+	sent  int // bytes of buf the current attempt's stream took
 }
 
 // tryFirst takes what src already holds, if src can tell without waiting
@@ -78,9 +82,26 @@ func (e *early) tryFirst() {
 	if !ok || len(e.buf) > 0 || e.err != nil {
 		return
 	}
-	buf := make([]byte, earlyFirstBuf)
-	n, err := tr.TryRead(buf)
-	e.buf, e.err = buf[:n], err
+	if e.chunk == nil { // a retry after an attempt that read nothing has one
+		e.chunk = getChunk(earlyFirstBuf)
+	}
+	n, err := tr.TryRead(e.chunk)
+	e.buf, e.err = e.chunk[:n], err
+}
+
+// release gives the pooled chunk back. The connect calls it once no attempt
+// can touch the bytes any more: every write of them has returned (they are
+// copied into the connection's write buffer or written through) and the
+// early sender, if it ran, has been halted.
+func (e *early) release() {
+	if e == nil {
+		return
+	}
+	if e.chunk != nil {
+		putChunk(e.chunk)
+		e.chunk = nil
+	}
+	e.buf = nil
 }
 
 // waits reports whether the attempt needs the early sender: src has not
@@ -119,9 +140,7 @@ func (e *early) run(s *stream, limit int) {
 		default:
 		}
 		if len(e.buf) == cap(e.buf) {
-			nb := make([]byte, len(e.buf), min(max(2*cap(e.buf), earlyFirstBuf), limit))
-			copy(nb, e.buf)
-			e.buf = nb
+			e.grow(limit)
 		}
 		n, err := e.src.Read(e.buf[len(e.buf):cap(e.buf)])
 		e.buf = e.buf[:len(e.buf)+n]
@@ -135,6 +154,27 @@ func (e *early) run(s *stream, limit int) {
 			}
 			e.err = err
 		}
+	}
+}
+
+// grow gives buf room for more bytes, at most limit in all: the pooled
+// first chunk if buf has no room at all yet, else a buffer twice as large
+// that takes over buf's bytes. The early sender calls it between writes, so
+// no write of the old bytes is in flight when the chunk goes back.
+func (e *early) grow(limit int) {
+	if cap(e.buf) == 0 {
+		if e.chunk == nil {
+			e.chunk = getChunk(earlyFirstBuf)
+		}
+		e.buf = e.chunk[:0:min(len(e.chunk), limit)]
+		return
+	}
+	nb := make([]byte, len(e.buf), min(max(2*cap(e.buf), earlyFirstBuf), limit))
+	copy(nb, e.buf)
+	e.buf = nb
+	if e.chunk != nil {
+		putChunk(e.chunk)
+		e.chunk = nil
 	}
 }
 
@@ -164,7 +204,7 @@ func (e *early) finish(s *ClientStream) error {
 		}
 	}
 	s.early = int64(len(e.buf))
-	e.buf = nil
+	e.release()
 	if e.err != nil && e.err != io.EOF {
 		s.Abort()
 	}

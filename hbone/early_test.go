@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -502,5 +503,55 @@ func TestPoolEarlyRetriedOffDrainingServer(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("ServeConn on the draining server did not return")
+	}
+}
+
+// TestConnectEarlyPooledChunks: the early buffers are pooled chunks shared
+// by all connects, so many concurrent ConnectEarly calls, each with bytes
+// of its own (some beyond the first chunk, so that it is swapped for a
+// larger buffer), must each carry exactly their own bytes: a chunk given
+// back while a write of it was still possible would mix them up.
+func TestConnectEarlyPooledChunks(t *testing.T) {
+	cn, sn := tcpPairOn(t, earlyIP)
+	srv := &Server{Handler: echoHandler}
+	go srv.ServeConn(context.Background(), sn)
+	t.Cleanup(func() { srv.Close() })
+	cc, err := NewClientConn(context.Background(), cn, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	const n = 40
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			size := 100 + i*97
+			if i%4 == 0 {
+				size = earlyFirstBuf + 500*i
+			}
+			all := payload(uint64(100+i), size)
+			src := &heldSource{failingSource{b: all, err: io.EOF}}
+			s, err := cc.ConnectEarly(t.Context(), "10.0.0.1:80", nil, src)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer s.Close()
+			s.CloseWrite()
+			got, err := io.ReadAll(s)
+			switch {
+			case err != nil:
+				errs <- err
+			case !bytes.Equal(got, all):
+				errs <- fmt.Errorf("connect %d: echoed %d bytes that are not the %d it sent early", i, len(got), len(all))
+			default:
+				errs <- nil
+			}
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
 	}
 }

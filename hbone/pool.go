@@ -126,6 +126,7 @@ func (p *Pool) ConnectEarly(ctx context.Context, key Key, authority string, h ht
 }
 
 func (p *Pool) connect(ctx context.Context, key Key, authority string, h http.Header, e *early) (*ClientStream, error) {
+	defer e.release()
 	const maxAttempts = 3
 	var err error
 	for range maxAttempts {
