@@ -188,3 +188,32 @@ func TestTCPSinkTryWrite(t *testing.T) {
 		t.Errorf("TryWrite to a reset peer = %v, want ECONNRESET or EPIPE", err)
 	}
 }
+
+// TestResetAtEOF: a socket whose peer only sent its FIN (CLOSE_WAIT) is not
+// taken for reset, one whose peer reset it (CLOSED) is, and asking costs no
+// allocation.
+func TestResetAtEOF(t *testing.T) {
+	peer, c := tcpConnPair(t)
+	defer c.Close()
+	peer.CloseWrite()
+	if _, err := c.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("read after FIN = %v, want EOF", err)
+	}
+	if relay.ResetAtEOF(c) {
+		t.Error("ResetAtEOF after a FIN = true, want false")
+	}
+	if !raceEnabled {
+		if n := testing.AllocsPerRun(100, func() { relay.ResetAtEOF(c) }); n != 0 {
+			t.Errorf("ResetAtEOF allocates %v times per call, want 0", n)
+		}
+	}
+	peer.SetLinger(0)
+	peer.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for !relay.ResetAtEOF(c) {
+		if time.Now().After(deadline) {
+			t.Fatal("ResetAtEOF after the peer's reset stayed false")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

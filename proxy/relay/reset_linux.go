@@ -2,6 +2,7 @@ package relay
 
 import (
 	"net"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -31,10 +32,20 @@ func resetAtEOF(c net.Conn) bool {
 		return false
 	}
 	closed := false
-	err = rc.Control(func(fd uintptr) {
-		info, err := unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
-		// BPF_TCP_* are the kernel's TCP states (include/net/tcp_states.h).
-		closed = err == nil && info.State == unix.BPF_TCP_CLOSE
-	})
+	err = rc.Control(func(fd uintptr) { closed = tcpStateClosed(fd) })
 	return err != nil || closed
+}
+
+// tcpStateClosed reports whether the socket is in the CLOSED state. It asks
+// for the first byte of TCP_INFO only, tcpi_state (the kernel copies as
+// much of the struct as it is given room for), into a buffer on the stack:
+// unix.GetsockoptTCPInfo allocates the whole 280-byte struct, once per
+// direction's EOF of every connection.
+func tcpStateClosed(fd uintptr) bool {
+	var state [1]byte
+	n := uint32(len(state))
+	_, _, errno := unix.Syscall6(unix.SYS_GETSOCKOPT, fd, unix.IPPROTO_TCP, unix.TCP_INFO,
+		uintptr(unsafe.Pointer(&state[0])), uintptr(unsafe.Pointer(&n)), 0)
+	// BPF_TCP_* are the kernel's TCP states (include/net/tcp_states.h).
+	return errno == 0 && n == 1 && state[0] == unix.BPF_TCP_CLOSE
 }
