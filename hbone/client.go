@@ -184,10 +184,10 @@ func (c *conn) unreserve() {
 // connect opens a stream on a reserved slot and waits for the response,
 // sending e's bytes meanwhile if e is not nil.
 func (c *conn) connect(ctx context.Context, authority string, h http.Header, e *early) (*ClientStream, error) {
-	fields := []hpack.HeaderField{
-		{Name: ":method", Value: http.MethodConnect},
-		{Name: ":authority", Value: authority},
-	}
+	var room [8]hpack.HeaderField // on the stack, for the usual few fields
+	fields := append(room[:0],
+		hpack.HeaderField{Name: ":method", Value: http.MethodConnect},
+		hpack.HeaderField{Name: ":authority", Value: authority})
 	fields, err := appendHeader(fields, h)
 	if err != nil || authority == "" {
 		c.unreserve()

@@ -165,10 +165,42 @@ func (h *headerBlock) fieldList() []string {
 func headerOf(l []string) http.Header {
 	hdr := make(http.Header, len(l)/2)
 	for i := 0; i+1 < len(l); i += 2 {
-		k := http.CanonicalHeaderKey(l[i])
+		k := canonicalKey(l[i])
 		hdr[k] = append(hdr[k], l[i+1])
 	}
 	return hdr
+}
+
+// The fields Istio's CONNECTs and their responses carry (SPEC §2.3), by wire
+// name and by canonical key: the two conversions below return these
+// constants instead of making a new string for every field of every
+// CONNECT.
+var knownFields = [...]struct{ wire, key string }{
+	{"baggage", "Baggage"},
+	{"forwarded", "Forwarded"},
+	{"traceparent", "Traceparent"},
+	{"tracestate", "Tracestate"},
+	{"x-forwarded-network", "X-Forwarded-Network"},
+}
+
+// canonicalKey is http.CanonicalHeaderKey of a wire name.
+func canonicalKey(wire string) string {
+	for _, f := range knownFields {
+		if wire == f.wire {
+			return f.key
+		}
+	}
+	return http.CanonicalHeaderKey(wire)
+}
+
+// wireName is the lower-case wire name of an http.Header key.
+func wireName(key string) string {
+	for _, f := range knownFields {
+		if key == f.key {
+			return f.wire
+		}
+	}
+	return strings.ToLower(key)
 }
 
 // validWireName reports whether name is a valid HTTP/2 field name: a
@@ -200,7 +232,7 @@ func connectionSpecific(name string) bool {
 // connection-specific fields. It fails on names or values HTTP/2 cannot carry.
 func appendHeader(fields []hpack.HeaderField, h http.Header) ([]hpack.HeaderField, error) {
 	for k, vs := range h {
-		name := strings.ToLower(k)
+		name := wireName(k)
 		if connectionSpecific(name) || name == "te" {
 			continue
 		}
@@ -220,9 +252,18 @@ func appendHeader(fields []hpack.HeaderField, h http.Header) ([]hpack.HeaderFiel
 // statusFields returns a response header block: :status then h.
 func statusFields(status int, h http.Header) []hpack.HeaderField {
 	fields := make([]hpack.HeaderField, 1, 1+len(h))
-	fields[0] = hpack.HeaderField{Name: ":status", Value: strconv.Itoa(status)}
+	fields[0] = hpack.HeaderField{Name: ":status", Value: statusValue(status)}
 	fields, _ = appendHeader(fields, h) // validated by the caller
 	return fields
+}
+
+// statusValue is the :status field's value; a tunnel's 200 needs no new
+// string.
+func statusValue(status int) string {
+	if status == http.StatusOK {
+		return "200"
+	}
+	return strconv.Itoa(status)
 }
 
 // processHeaders decodes a header block and hands it to the role.

@@ -462,7 +462,8 @@ func (s *ServerStream) Respond(status int, h http.Header) error {
 	if status < 200 || status > 999 {
 		return errBadStatus
 	}
-	fields := statusFields(status, nil)
+	var room [4]hpack.HeaderField // on the stack, for the usual few fields
+	fields := append(room[:0], hpack.HeaderField{Name: ":status", Value: statusValue(status)})
 	fields, err := appendHeader(fields, h)
 	if err != nil {
 		return err

@@ -12,14 +12,16 @@ import (
 	"github.com/gozt/gozt/proxy/state"
 )
 
-// CONNECT request headers (SPEC §2.3).
+// CONNECT request headers (SPEC §2.3), as canonical http.Header keys, so
+// that Set and Values need not canonicalize them (a new string each time);
+// hbone sends them lower-cased.
 const (
-	headerBaggage     = "baggage"
-	headerForwarded   = "forwarded"
-	headerTraceparent = "traceparent"
+	headerBaggage     = "Baggage"
+	headerForwarded   = "Forwarded"
+	headerTraceparent = "Traceparent"
 	// headerForwardedNetwork is the source's network, sent only on the
 	// inner CONNECT of double HBONE (SPEC §2.3, §2.6).
-	headerForwardedNetwork = "x-forwarded-network"
+	headerForwardedNetwork = "X-Forwarded-Network"
 )
 
 // baggage describes w for the peer's telemetry (SPEC §2.3): only non-empty

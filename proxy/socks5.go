@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"sync"
 	"time"
 
 	"github.com/gozt/gozt/proxy/relay"
@@ -48,6 +49,13 @@ func (p *Proxy) handleSOCKS5(c net.Conn) (net.Conn, func(relay.Result, error)) {
 	return p.proxyOutbound(c, dst)
 }
 
+// socksBuf holds the longest SOCKS5 message: a request for a 255-byte domain.
+type socksBuf [4 + 1 + 255 + 2]byte
+
+// socksBufPool holds the handshake buffers; nothing read into one outlives
+// the handshake (the address is copied out).
+var socksBufPool = sync.Pool{New: func() any { return new(socksBuf) }}
+
 // socksHandshake reads the greeting and the CONNECT request. On failure it
 // returns the reply code to send (0: none).
 //
@@ -58,7 +66,8 @@ func (p *Proxy) handleSOCKS5(c net.Conn) (net.Conn, func(relay.Result, error)) {
 // the address's first byte, which is a domain's length), then the rest of
 // each. That is three reads for the usual client instead of six.
 func (p *Proxy) socksHandshake(c net.Conn) (netip.AddrPort, byte, error) {
-	var buf [4 + 1 + 255 + 2]byte // the longest request: a 255-byte domain
+	buf := socksBufPool.Get().(*socksBuf) // reads through an interface would move a local one to the heap
+	defer socksBufPool.Put(buf)
 	if _, err := io.ReadFull(c, buf[:3]); err != nil {
 		return netip.AddrPort{}, 0, err
 	}
