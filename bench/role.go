@@ -255,9 +255,10 @@ func roleCommand(ctx context.Context, r role, line string) (string, error) {
 		b, err := json.Marshal(schedStats())
 		return string(b), err
 	case "stats":
-		gc := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}}
+		gc := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}, {Name: "/gc/heap/allocs:bytes"}}
 		metrics.Read(gc)
-		m := map[string]any{"goroutines": runtime.NumGoroutine(), "gc_cycles": gc[0].Value.Uint64()}
+		m := map[string]any{"goroutines": runtime.NumGoroutine(), "gc_cycles": gc[0].Value.Uint64(),
+			"heap_allocs": gc[1].Value.Uint64()}
 		r.stats(m)
 		b, err := json.Marshal(m)
 		return string(b), err

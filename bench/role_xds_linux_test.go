@@ -66,6 +66,10 @@ func TestXDSRoleStandsOffTheNode(t *testing.T) {
 		}
 		return res
 	}
+	allocs0, err := heapAllocs(ctx, x)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := x.call(ctx, "prepare 20000 a"); err != nil {
 		t.Fatal(err)
 	}
@@ -92,6 +96,11 @@ func TestXDSRoleStandsOffTheNode(t *testing.T) {
 	}
 	if gc1, err := gcCycles(ctx, x); err != nil || gc1 <= gc0 {
 		t.Errorf("collections %d before a gc command, %d after (%v); want more", gc0, gc1, err)
+	}
+	// And its heap allocations, as the connect scenario reads them:
+	// building 20,000 workloads allocates at least their wire bytes.
+	if allocs1, err := heapAllocs(ctx, x); err != nil || allocs1 < allocs0+20000*100 {
+		t.Errorf("heap allocations %d before the pushes, %d after (%v); want 2 MB more at least", allocs0, allocs1, err)
 	}
 	for tid, n := range threadNice(t, x.pid()) {
 		if n != 19 {

@@ -273,12 +273,19 @@ func runFirstByte(ctx context.Context, e *env) ([]Result, error) {
 
 // rate is a connect-rate variant: connections per second, and if procs
 // are given proxy CPU µs per connection, in all ("cpu") and in each
-// process ("cpu0", "cpu1", …).
+// process ("cpu0", "cpu1", …), and the heap bytes the procs allocated per
+// connection, in all ("alloc"). Allocation, unlike CPU time, hardly varies
+// with the machine's load, so it shows a change of the per-connection work
+// that this VM's noise hides in the CPU figure.
 func (e *env) rate(name string, dial dialFunc, procs ...*child) variant {
 	return variant{name, func(ctx context.Context, warm bool) (map[string]float64, error) {
 		d := e.b.dur
 		if warm {
 			d = e.b.warmDur
+		}
+		alloc0, err := heapAllocs(ctx, procs...) // before the CPU reading: the call costs the procs some
+		if err != nil {
+			return nil, err
 		}
 		cpu0 := make([]time.Duration, len(procs))
 		for i, p := range procs {
@@ -299,8 +306,29 @@ func (e *env) rate(name string, dial dialFunc, procs ...*child) variant {
 			m[fmt.Sprintf("cpu%d", i)] = float64(used/time.Microsecond) / float64(n)
 		}
 		m["cpu"] = float64(sum/time.Microsecond) / float64(n)
+		alloc1, err := heapAllocs(ctx, procs...)
+		if err != nil {
+			return nil, err
+		}
+		m["alloc"] = float64(alloc1-alloc0) / float64(n)
 		return m, nil
 	}}
+}
+
+// heapAllocs returns the heap bytes the processes cs have allocated so far,
+// summed (runtime/metrics /gc/heap/allocs:bytes, through "stats").
+func heapAllocs(ctx context.Context, cs ...*child) (uint64, error) {
+	var sum uint64
+	for _, c := range cs {
+		var st struct {
+			HeapAllocs uint64 `json:"heap_allocs"`
+		}
+		if err := c.callJSON(ctx, "stats", &st); err != nil {
+			return 0, err
+		}
+		sum += st.HeapAllocs
+	}
+	return sum, nil
 }
 
 func runConnect(ctx context.Context, e *env) ([]Result, error) {
@@ -330,6 +358,7 @@ func runConnect(ctx context.Context, e *env) ([]Result, error) {
 		row(t, m, g, "conn/s", n).vs("direct TCP", s.median("direct TCP", "rate")),
 		row(t, m, g, "conn/s", n).vs("x/net pair", s.median("x/net pair", "rate")).goal(Target{Bound: 1.5}),
 		row(t, "proxy CPU per connection", s.median("gozt", "cpu"), "µs", n).vs("x/net pair", s.median("x/net pair", "cpu")),
+		row(t, "proxy heap allocated per connection", s.median("gozt", "alloc"), "B", n).vs("x/net pair", s.median("x/net pair", "alloc")),
 	}, nil
 }
 
