@@ -44,12 +44,13 @@ type sockReader struct {
 	rc   syscall.RawConn
 	fill func(fd uintptr) bool // readFD bound once, so a read allocates nothing
 
-	// The read in progress.
-	size int    // the buffer class to take
-	wait bool   // wait in the poller when the socket has nothing
-	buf  []byte // the buffer read into, if any bytes came
-	n    int
-	err  error
+	// The read in progress, kept small: a parked connection holds this.
+	// buf is the buffer read into, cut to the bytes read (its cap is its
+	// size class), nil if none came; errno is what the read failed with.
+	buf   []byte
+	errno syscall.Errno
+	size  int32 // the buffer class to take
+	wait  bool  // wait in the poller when the socket has nothing
 }
 
 // newSockReader returns a reader for c, or nil if c has no raw socket.
@@ -71,40 +72,46 @@ func newSockReader(c *net.TCPConn) *sockReader {
 // buffer and io.EOF for the peer's FIN, or the error of the read or of the
 // wait (a reset, a closed socket, the deadline).
 func (r *sockReader) read(size int, wait bool) ([]byte, int, error) {
-	r.size, r.wait = size, wait
+	r.size, r.wait = int32(size), wait
 	err := r.rc.Read(r.fill)
-	buf, n := r.buf, r.n
-	if err == nil {
-		err = r.err
+	buf, errno := r.buf, r.errno
+	r.buf, r.errno = nil, 0
+	switch {
+	case err != nil:
+		return nil, 0, err
+	case buf != nil:
+		return buf[:cap(buf)], len(buf), nil
+	case errno == unix.EAGAIN:
+		return nil, 0, errWouldBlock
+	case errno != 0:
+		return nil, 0, &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", errno)}
 	}
-	r.buf, r.n, r.err = nil, 0, nil
-	return buf, n, err
+	return nil, 0, io.EOF
 }
 
 // readFD makes one non-blocking read into a fresh buffer. RawConn.Read
 // calls it with the socket's read lock held, and again each time the
 // runtime's poller reports the socket readable, until it returns true.
 func (r *sockReader) readFD(fd uintptr) bool {
-	buf := getBuffer(r.size)
+	buf := getBuffer(int(r.size))
 	for {
 		n, err := unix.Read(int(fd), buf)
 		switch {
 		case err == unix.EINTR:
 			continue
-		case err == unix.EAGAIN:
+		case err == unix.EAGAIN && r.wait:
 			putBuffer(buf)
-			if r.wait {
-				return false
-			}
-			r.err = errWouldBlock
+			return false
 		case err != nil:
 			putBuffer(buf)
-			r.err = &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", err)}
+			r.errno, _ = err.(syscall.Errno)
+			if r.errno == 0 {
+				r.errno = unix.EIO // unix.Read returns only Errno values
+			}
 		case n == 0:
-			putBuffer(buf)
-			r.err = io.EOF
+			putBuffer(buf) // EOF
 		default:
-			r.buf, r.n = buf, n
+			r.buf = buf[:n]
 		}
 		return true
 	}
