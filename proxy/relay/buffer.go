@@ -117,6 +117,8 @@ func (h *half) readSocket(r *sockReader, wait bool) ([]byte, int, error) {
 
 // writeChunk writes the n bytes a read left in buf to h.dst, counts them and
 // puts buf back in its pool.
+//
+//go:noinline
 func (h *half) writeChunk(buf []byte, n int) error {
 	nw, err := writeFull(h.dst(), buf[:n])
 	putBuffer(buf)
