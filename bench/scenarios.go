@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -316,19 +317,9 @@ func (e *env) rate(name string, dial dialFunc, procs ...*child) variant {
 }
 
 // heapAllocs returns the heap bytes the processes cs have allocated so far,
-// summed (runtime/metrics /gc/heap/allocs:bytes, through "stats").
+// summed (runtime/metrics /gc/heap/allocs:bytes).
 func heapAllocs(ctx context.Context, cs ...*child) (uint64, error) {
-	var sum uint64
-	for _, c := range cs {
-		var st struct {
-			HeapAllocs uint64 `json:"heap_allocs"`
-		}
-		if err := c.callJSON(ctx, "stats", &st); err != nil {
-			return 0, err
-		}
-		sum += st.HeapAllocs
-	}
-	return sum, nil
+	return statSum(ctx, "heap_allocs", cs...)
 }
 
 func runConnect(ctx context.Context, e *env) ([]Result, error) {
@@ -466,20 +457,26 @@ func goroutines(ctx context.Context, cs ...*child) ([]int, error) {
 	return out, nil
 }
 
-// rssAfterGC collects garbage in each process, returns it to the OS, and
-// reads the resident set sizes.
 // gcCycles returns the garbage collections the processes cs have
 // completed so far, summed.
 func gcCycles(ctx context.Context, cs ...*child) (uint64, error) {
+	return statSum(ctx, "gc_cycles", cs...)
+}
+
+// statSum returns the figure key of the "stats" of each of cs, summed. A
+// process whose stats lack it is an error, not a zero.
+func statSum(ctx context.Context, key string, cs ...*child) (uint64, error) {
 	var sum uint64
 	for _, c := range cs {
-		var st struct {
-			GCCycles uint64 `json:"gc_cycles"`
-		}
+		var st map[string]json.RawMessage
 		if err := c.callJSON(ctx, "stats", &st); err != nil {
 			return 0, err
 		}
-		sum += st.GCCycles
+		var v uint64
+		if err := json.Unmarshal(st[key], &v); err != nil {
+			return 0, fmt.Errorf("%s stats %s: %w", c.name, key, err)
+		}
+		sum += v
 	}
 	return sum, nil
 }
@@ -500,6 +497,8 @@ func schedOf(ctx context.Context, cs ...*child) (map[string]float64, error) {
 	return out, nil
 }
 
+// rssAfterGC collects garbage in each process, returns it to the OS, and
+// reads the resident set sizes.
 func rssAfterGC(ctx context.Context, cs ...*child) []int64 {
 	out := make([]int64, len(cs))
 	for i, c := range cs {
