@@ -509,8 +509,9 @@ func TestPoolEarlyRetriedOffDrainingServer(t *testing.T) {
 // TestConnectEarlyPooledChunks: the early buffers are pooled chunks shared
 // by all connects, so many concurrent ConnectEarly calls, each with bytes
 // of its own (some beyond the first chunk, so that it is swapped for a
-// larger buffer), must each carry exactly their own bytes: a chunk given
-// back while a write of it was still possible would mix them up.
+// larger buffer when the 200 is slow enough), must each carry exactly
+// their own bytes: a chunk given back while a write of it was still
+// possible would mix them up.
 func TestConnectEarlyPooledChunks(t *testing.T) {
 	cn, sn := tcpPairOn(t, earlyIP)
 	srv := &Server{Handler: echoHandler}
@@ -537,6 +538,12 @@ func TestConnectEarlyPooledChunks(t *testing.T) {
 				return
 			}
 			defer s.Close()
+			// What the early sender had not read when the 200 came is
+			// left in src for the relay, which this copy plays.
+			if _, err := io.Copy(s, src); err != nil {
+				errs <- fmt.Errorf("connect %d: sending the rest: %w", i, err)
+				return
+			}
 			s.CloseWrite()
 			got, err := io.ReadAll(s)
 			switch {
