@@ -26,10 +26,10 @@ import (
 // The protocol with the harness: the role prints "ready {JSON}" on stdout
 // once it serves, then answers each line of stdin with one line, "ok
 // [PAYLOAD]" or "err MESSAGE". Common commands: "gc" (collect and return
-// memory to the OS), "stats" (JSON: goroutines and role figures), "sched"
-// (JSON: the longest stop-the-world and wait to run since the previous
-// "sched", schedstats.go). The role
-// stops when stdin closes.
+// memory to the OS), "stats" (JSON: goroutines, collections, heap bytes
+// allocated so far, and role figures), "sched" (JSON: the longest
+// stop-the-world and wait to run since the previous "sched",
+// schedstats.go). The role stops when stdin closes.
 type role interface {
 	// info is the ready line's payload (addresses bound and the like).
 	info() map[string]string
