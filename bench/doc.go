@@ -13,6 +13,10 @@
 //	gozt bench --cpuprofile-dir prof   a CPU and an allocation profile of every proxy process
 //	gozt bench --trace-dir tr          a runtime execution trace of every proxy process
 //
+// Profiles and traces are named <scenario>-<process>.pprof (.trace), and
+// <scenario>-<process>-2 and so on for a process a scenario starts again
+// (idle memory starts its pair afresh for each repetition).
+//
 // Results go to bench/results/ (--out): <date>.json, <date>.md (a Markdown
 // table) and <date>.svg (a bar chart of the ratios), each copied to
 // latest.*; the table is also printed on stdout and progress (scenario,

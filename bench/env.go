@@ -56,7 +56,8 @@ type env struct {
 	client  *certs.Cert
 	app     *child
 	stderr  io.Writer
-	scen    string // the scenario running, for profile file names
+	scen    string         // the scenario running, for profile file names
+	procs   map[string]int // processes started per profile file name (profileName)
 	notes   []string
 	noisy   int // repetitions started after the quiet wait gave up
 	started time.Time
@@ -74,11 +75,14 @@ func (e *env) roleWith(ctx context.Context, label, role string, setup func(*exec
 	if e.opts.gomaxprocs > 0 {
 		args = append(args, "--gomaxprocs", strconv.Itoa(e.opts.gomaxprocs))
 	}
-	if e.opts.profileDir != "" && role != "app" {
-		args = append(args, "--cpuprofile", filepath.Join(e.opts.profileDir, e.scen+"-"+label+".pprof"))
-	}
-	if e.opts.traceDir != "" && role != "app" {
-		args = append(args, "--trace", filepath.Join(e.opts.traceDir, e.scen+"-"+label+".trace"))
+	if (e.opts.profileDir != "" || e.opts.traceDir != "") && role != "app" {
+		name := e.profileName(label)
+		if e.opts.profileDir != "" {
+			args = append(args, "--cpuprofile", filepath.Join(e.opts.profileDir, name+".pprof"))
+		}
+		if e.opts.traceDir != "" {
+			args = append(args, "--trace", filepath.Join(e.opts.traceDir, name+".trace"))
+		}
 	}
 	c, err := startRole(ctx, e.exe, role, args, setup)
 	if err != nil {
@@ -87,6 +91,24 @@ func (e *env) roleWith(ctx context.Context, label, role string, setup func(*exec
 	c.name = label
 	e.all = append(e.all, c)
 	return c, nil
+}
+
+// profileName is the base name of the profile and trace files of a
+// process labelled label: the scenario and the label, and from the
+// label's second process in the scenario on, its number too. A scenario
+// that starts a label more than once (idle memory starts a pair for every
+// repetition, shared mode its pairs again for idle memory) would otherwise
+// leave only the last process's files, under the first's name.
+func (e *env) profileName(label string) string {
+	if e.procs == nil {
+		e.procs = map[string]int{}
+	}
+	name := e.scen + "-" + label
+	e.procs[name]++
+	if n := e.procs[name]; n > 1 {
+		return fmt.Sprintf("%s-%d", name, n)
+	}
+	return name
 }
 
 // goztPair starts the outbound (client workload) and inbound (server

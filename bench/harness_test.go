@@ -274,3 +274,16 @@ func TestRunQuickEndToEnd(t *testing.T) {
 		t.Errorf("stderr lacks the progress lines:\n%s", stderr.String())
 	}
 }
+
+// TestProfileName: a label started again in the same scenario gets
+// numbered files instead of overwriting the first process's.
+func TestProfileName(t *testing.T) {
+	e := &env{scen: "shared"}
+	got := []string{e.profileName("gozt-in"), e.profileName("gozt-out"), e.profileName("gozt-in"), e.profileName("gozt-in")}
+	e.scen = "connect"
+	got = append(got, e.profileName("gozt-in"))
+	want := []string{"shared-gozt-in", "shared-gozt-out", "shared-gozt-in-2", "shared-gozt-in-3", "connect-gozt-in"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("profile names (-want +got):\n%s", diff)
+	}
+}
