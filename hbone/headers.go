@@ -171,34 +171,39 @@ func headerOf(l []string) http.Header {
 	return hdr
 }
 
-// The fields Istio's CONNECTs and their responses carry (SPEC §2.3), by wire
-// name and by canonical key: the two conversions below return these
-// constants instead of making a new string for every field of every
-// CONNECT.
-var knownFields = [...]struct{ wire, key string }{
-	{"baggage", "Baggage"},
-	{"forwarded", "Forwarded"},
-	{"traceparent", "Traceparent"},
-	{"tracestate", "Tracestate"},
-	{"x-forwarded-network", "X-Forwarded-Network"},
+// knownField returns the wire name and the canonical http.Header key of the
+// fields Istio's CONNECTs and their responses carry (SPEC §2.3), given
+// either, or two empty strings for any other name. The two conversions
+// below return these constants instead of making a new string for every
+// field of every CONNECT.
+func knownField(name string) (wire, key string) {
+	switch name {
+	case "baggage", "Baggage":
+		return "baggage", "Baggage"
+	case "forwarded", "Forwarded":
+		return "forwarded", "Forwarded"
+	case "traceparent", "Traceparent":
+		return "traceparent", "Traceparent"
+	case "tracestate", "Tracestate":
+		return "tracestate", "Tracestate"
+	case "x-forwarded-network", "X-Forwarded-Network":
+		return "x-forwarded-network", "X-Forwarded-Network"
+	}
+	return "", ""
 }
 
 // canonicalKey is http.CanonicalHeaderKey of a wire name.
 func canonicalKey(wire string) string {
-	for _, f := range knownFields {
-		if wire == f.wire {
-			return f.key
-		}
+	if _, key := knownField(wire); key != "" {
+		return key
 	}
 	return http.CanonicalHeaderKey(wire)
 }
 
 // wireName is the lower-case wire name of an http.Header key.
 func wireName(key string) string {
-	for _, f := range knownFields {
-		if key == f.key {
-			return f.wire
-		}
+	if wire, _ := knownField(key); wire != "" {
+		return wire
 	}
 	return strings.ToLower(key)
 }
@@ -249,21 +254,14 @@ func appendHeader(fields []hpack.HeaderField, h http.Header) ([]hpack.HeaderFiel
 	return fields, nil
 }
 
-// statusFields returns a response header block: :status then h.
-func statusFields(status int, h http.Header) []hpack.HeaderField {
-	fields := make([]hpack.HeaderField, 1, 1+len(h))
-	fields[0] = hpack.HeaderField{Name: ":status", Value: statusValue(status)}
-	fields, _ = appendHeader(fields, h) // validated by the caller
-	return fields
-}
-
-// statusValue is the :status field's value; a tunnel's 200 needs no new
+// statusField is a response's :status field; a tunnel's 200 needs no new
 // string.
-func statusValue(status int) string {
-	if status == http.StatusOK {
-		return "200"
+func statusField(status int) hpack.HeaderField {
+	v := "200"
+	if status != http.StatusOK {
+		v = strconv.Itoa(status)
 	}
-	return strconv.Itoa(status)
+	return hpack.HeaderField{Name: ":status", Value: v}
 }
 
 // processHeaders decodes a header block and hands it to the role.

@@ -463,7 +463,7 @@ func (s *ServerStream) Respond(status int, h http.Header) error {
 		return errBadStatus
 	}
 	var room [4]hpack.HeaderField // on the stack, for the usual few fields
-	fields := append(room[:0], hpack.HeaderField{Name: ":status", Value: statusValue(status)})
+	fields := append(room[:0], statusField(status))
 	fields, err := appendHeader(fields, h)
 	if err != nil {
 		return err

@@ -286,7 +286,7 @@ func (c *conn) writeCtrlLocked(f *ctrlFrame) error {
 	case ctrlGoAway:
 		return c.wfr.WriteGoAway(f.stream, f.code, nil)
 	case ctrlStatus:
-		return c.writeHeadersLocked(f.stream, true, statusFields(int(f.val), nil))
+		return c.writeHeadersLocked(f.stream, true, []hpack.HeaderField{statusField(int(f.val))})
 	}
 	return nil
 }
