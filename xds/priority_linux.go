@@ -15,7 +15,7 @@ import (
 // when it was introduced (2026-11-29, before the fast decoder), with gozt
 // bench --quick --scenario xds-push, three interleaved runs each: longest
 // stall of a live connection 33–43 ms at normal priority, 24–27 ms with
-// this; the figures since are at lowSlice and in README's benchmarks.
+// this; the figures since are at lowSlice and in bench/NOTES.md.
 const lowPriorityNice = 19
 
 // runLowPriority runs fn on an OS thread of its own whose scheduling

@@ -41,8 +41,8 @@ const markModelWorkloads = 100_000
 // shared strings interned, one service map shared by many), without the
 // store's indexes. BenchmarkMarkPointerFree100k marks the same number of
 // records with the same bytes of strings but no pointers: what keeping
-// workloads as string handles into an arena would cost (README,
-// Benchmarks: the push stall).
+// workloads as string handles into an arena would cost (bench/NOTES.md,
+// the push stall).
 func BenchmarkMarkWorkloads100k(b *testing.B) {
 	shared := []string{"ns1", "sa", "node-1", "deploy-1", "app-1", "v1", "Kubernetes"}
 	svc := map[string]PortMap{"ns1/svc1.ns1.svc.cluster.local": {80: 8080}}
