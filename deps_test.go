@@ -49,6 +49,7 @@ var allowed = map[string][]string{
 	"internal/syncbuf":   {},
 	"internal/dnstest":   {},
 	"internal/workers":   {},
+	"internal/gctest":    {},
 }
 
 // stdlibOnly packages may import nothing outside the standard library, except
@@ -132,7 +133,8 @@ func contains(list []string, s string) bool {
 
 // binaryBadDeps are packages the gozt binary must never link, with the
 // reason. Test helpers (xds/xdstest, certs/istioca/istiocatest,
-// certs/certstest, hbone/hbonetest, internal/tcptest, internal/dnstest)
+// certs/certstest, hbone/hbonetest, internal/tcptest, internal/dnstest,
+// internal/gctest)
 // import testing; internal/syncbuf imports no testing, so only its entry
 // here keeps it out; bench uses xds/xdsserver, the core under xdstest that
 // does not.
@@ -149,6 +151,7 @@ var binaryBadDeps = map[string]string{
 	module + "/certs/certstest":           "a test helper",
 	module + "/internal/nstest":           "a test helper",
 	module + "/internal/jsonshape":        "a test helper",
+	module + "/internal/gctest":           "a test helper",
 }
 
 // TestBinaryDeps checks that cmd/gozt's dependencies never include testing

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"istio.io/istio/pkg/workloadapi"
 
+	"github.com/gozt/gozt/internal/gctest"
 	"github.com/gozt/gozt/proxy/state"
 )
 
@@ -379,18 +380,7 @@ func BenchmarkStoreMark100k(b *testing.B) {
 	if req, ack := c.handleResponse(reusable(benchPush(b, 100_000, 10_000)), nil); !ack {
 		b.Fatalf("NACK: %s", req.GetErrorDetail().GetMessage())
 	}
-	marks := []metrics.Sample{{Name: "/cpu/classes/gc/mark/assist:cpu-seconds"},
-		{Name: "/cpu/classes/gc/mark/dedicated:cpu-seconds"}, {Name: "/cpu/classes/gc/mark/idle:cpu-seconds"}}
-	markCPU := func() float64 {
-		metrics.Read(marks)
-		return marks[0].Value.Float64() + marks[1].Value.Float64() + marks[2].Value.Float64()
-	}
-	runtime.GC()
-	m0 := markCPU()
-	for b.Loop() {
-		runtime.GC()
-	}
-	b.ReportMetric((markCPU()-m0)*1e3/float64(b.N), "mark-ms/gc")
+	gctest.ReportMarkCPU(b, st)
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	b.ReportMetric(float64(ms.HeapAlloc)/1e6, "heap-MB")

@@ -3,33 +3,11 @@ package state
 import (
 	"fmt"
 	"net/netip"
-	"runtime"
-	"runtime/metrics"
 	"strconv"
 	"testing"
-)
 
-// markCPU reports the garbage collector's mark CPU per forced collection
-// while keep's data is live, as mark-ms/gc.
-func markCPU(b *testing.B, keep any) {
-	b.Helper()
-	s := []metrics.Sample{
-		{Name: "/cpu/classes/gc/mark/assist:cpu-seconds"},
-		{Name: "/cpu/classes/gc/mark/dedicated:cpu-seconds"},
-		{Name: "/cpu/classes/gc/mark/idle:cpu-seconds"},
-	}
-	read := func() float64 {
-		metrics.Read(s)
-		return s[0].Value.Float64() + s[1].Value.Float64() + s[2].Value.Float64()
-	}
-	runtime.GC()
-	m0 := read()
-	for b.Loop() {
-		runtime.GC()
-	}
-	b.ReportMetric((read()-m0)*1e3/float64(b.N), "mark-ms/gc")
-	runtime.KeepAlive(keep)
-}
+	"github.com/gozt/gozt/internal/gctest"
+)
 
 // markModelWorkloads is the number of workloads of the mark benchmarks:
 // xds's BenchmarkStoreMark100k's push.
@@ -56,7 +34,7 @@ func BenchmarkMarkWorkloads100k(b *testing.B) {
 			Services:  svc, Protocol: TunnelHBONE,
 		}
 	}
-	markCPU(b, ws)
+	gctest.ReportMarkCPU(b, ws)
 }
 
 // pointerFreeWorkload is a model of a workload record whose strings are
@@ -79,5 +57,5 @@ func BenchmarkMarkPointerFree100k(b *testing.B) {
 		}
 		ws[i] = w
 	}
-	markCPU(b, []any{ws, arena})
+	gctest.ReportMarkCPU(b, []any{ws, arena})
 }
