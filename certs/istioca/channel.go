@@ -78,7 +78,10 @@ func (c *Client) channel() (*grpc.ClientConn, error) {
 	}
 	c.conn = conn
 	c.mu.Unlock()
-	old.Close() // no call can be using it: a failed channel fails calls at once
+	// A failed channel fails calls at once; a call that connect handed old
+	// and that starts only now fails with Canceled, and Issue sends it
+	// again on conn (create).
+	old.Close()
 	return conn, nil
 }
 

@@ -37,6 +37,7 @@ import (
 	"github.com/gozt/gozt/certs/identity"
 	"github.com/gozt/gozt/istiod"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -204,11 +205,7 @@ func (c *Client) Issue(ctx context.Context, id identity.Identity) (*certs.Cert, 
 	}
 	ctx, cancel := context.WithTimeout(metadata.NewOutgoingContext(ctx, md), c.cfg.timeout())
 	defer cancel()
-	conn, err := c.connect(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("istioca: CreateCertificate for %v: %w", id, err)
-	}
-	resp, err := pb.NewIstioCertificateServiceClient(conn).CreateCertificate(ctx, req)
+	resp, err := c.create(ctx, req)
 	if err != nil {
 		return nil, fmt.Errorf("istioca: CreateCertificate for %v: %w", id, err)
 	}
@@ -217,6 +214,36 @@ func (c *Client) Issue(ctx context.Context, id identity.Identity) (*certs.Cert, 
 		return nil, fmt.Errorf("istioca: response for %v: %w", id, err)
 	}
 	return cert, nil
+}
+
+// maxResends bounds how often create sends a request again on the channel
+// that replaced the one it was about to use.
+const maxResends = 2
+
+// testHookAfterConnect, if non-nil, runs between create's connect and its
+// call (export_test.go).
+var testHookAfterConnect func(*Client)
+
+// create sends req on the current channel. A concurrent Issue may replace a
+// failed channel (channel closes the old one) after connect handed it to
+// this call and before the call started: the call then fails with
+// Canceled, "the client connection is closing", instead of the failure a
+// fresh attempt gives. So create sends it again, on the new channel.
+func (c *Client) create(ctx context.Context, req *pb.IstioCertificateRequest) (*pb.IstioCertificateResponse, error) {
+	for resends := 0; ; resends++ {
+		conn, err := c.connect(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if testHookAfterConnect != nil {
+			testHookAfterConnect(c)
+		}
+		resp, err := pb.NewIstioCertificateServiceClient(conn).CreateCertificate(ctx, req)
+		if err != nil && resends < maxResends && ctx.Err() == nil && conn.GetState() == connectivity.Shutdown {
+			continue
+		}
+		return resp, err
+	}
 }
 
 // metadata builds one request's gRPC metadata, reading the token afresh.

@@ -385,3 +385,19 @@ func TestClosed(t *testing.T) {
 		t.Errorf("Issue after Close succeeded")
 	}
 }
+
+// TestIssueAfterChannelReplaced: a CA that is down fails Issue with
+// Unavailable and the connection's error even when a concurrent Issue
+// replaced the failed channel after this one took it (the call is sent
+// again on the new channel), not with Canceled from the closed one.
+func TestIssueAfterChannelReplaced(t *testing.T) {
+	ca := newCA(t)
+	srv := istiocatest.NewServer(t, ca, nil)
+	srv.SetDown(true)
+	c := newClient(t, istioca.Config{Address: srv.URL(), TLS: istiocatest.ClientTLS(ca)})
+	istioca.ReplaceChannelOnce(t)
+	_, err := c.Issue(context.Background(), idA)
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "connection error") {
+		t.Errorf("Issue error = %v, want Unavailable with the connection error", err)
+	}
+}
