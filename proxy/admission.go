@@ -243,13 +243,14 @@ const (
 )
 
 // admit reports whether a connection accepted on listener may be served;
-// if not it resets c (the client must not wait on us), counts and logs it.
+// if not it counts and logs it, then resets c (the client must not wait on
+// us; counted first, so that whoever sees the reset finds it counted).
 func (p *Proxy) admit(c net.Conn, listener string) bool {
 	if !p.cfg.Admission.MemoryPressure() {
 		return true
 	}
-	p.abortLeg(c)
 	p.shedForMemory(listener)
+	p.abortLeg(c)
 	return false
 }
 
