@@ -189,6 +189,16 @@ func TestProcReaders(t *testing.T) {
 	if _, err := procCPU(-1); err == nil {
 		t.Error("procCPU(-1) succeeded")
 	}
+	b0, err := machineBusy()
+	if err != nil {
+		t.Fatalf("machineBusy() = %v", err)
+	}
+	for end := time.Now().Add(50 * time.Millisecond); time.Now().Before(end); {
+	}
+	if b1, err := machineBusy(); err != nil || b1-b0 < 30*time.Millisecond {
+		// 50 ms of spinning, counted in 10 ms ticks; other work only adds.
+		t.Errorf("machineBusy() after 50 ms of spinning = %v, %v; before %v", b1, err, b0)
+	}
 }
 
 // TestRunQuickEndToEnd runs one cheap scenario in its --quick form, as

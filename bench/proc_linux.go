@@ -94,6 +94,32 @@ func cpuTimes() (idle, total uint64, err error) {
 	return idle, total, nil
 }
 
+// machineBusy returns the CPU time all of the machine's cores have spent
+// working so far: user, nice, system, irq and softirq of /proc/stat's
+// aggregate line (the kernel's loopback TCP work included, whichever
+// process it ran for), not idle, iowait or steal (time the hypervisor gave
+// another guest).
+func machineBusy() (time.Duration, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 8 || f[0] != "cpu" {
+		return 0, fmt.Errorf("parse /proc/stat: %q", line)
+	}
+	var ticks uint64
+	for _, i := range []int{1, 2, 3, 6, 7} { // user nice system irq softirq
+		v, err := strconv.ParseUint(f[i], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("parse /proc/stat: %q", line)
+		}
+		ticks += v
+	}
+	return time.Duration(ticks) * time.Second / clockTicks, nil
+}
+
 // kernelRelease is `uname -r`.
 func kernelRelease() string {
 	b, err := os.ReadFile("/proc/sys/kernel/osrelease")

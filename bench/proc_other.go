@@ -15,6 +15,7 @@ func procCPU(int) (time.Duration, error)        { return 0, errNotLinux }
 func procRSS(int) (int64, error)                { return 0, errNotLinux }
 func cpuTimes() (idle, total uint64, err error) { return 0, 0, errNotLinux }
 func kernelRelease() string                     { return "unknown" }
+func machineBusy() (time.Duration, error)       { return 0, errNotLinux }
 func cpuModel() string                          { return "" }
 func isolate(*exec.Cmd)                         {}
 func ownNetns(*exec.Cmd)                        {}

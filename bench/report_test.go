@@ -6,6 +6,7 @@ import (
 	"encoding/xml"
 	"errors"
 	"io"
+	"math"
 	"strings"
 	"testing"
 
@@ -200,5 +201,37 @@ func TestFormatNum(t *testing.T) {
 		if got := formatNum(tt.v); got != tt.want {
 			t.Errorf("formatNum(%v) = %q, want %q", tt.v, got, tt.want)
 		}
+	}
+}
+
+// TestTunnelFloor checks the floor rows of the HBONE scenarios against
+// figures worked out by hand: direct mTLS 2 CPU-s/GB and direct TCP 0.5 on
+// the whole machine make a path of at least 3 CPU-s/GB, proxies of at least
+// 2.5, and on 2 cores a ceiling of 2/3 GB/s.
+func TestTunnelFloor(t *testing.T) {
+	s := samples{}
+	s.add("direct mTLS", map[string]float64{"throughput": 1000, "machine": 2})
+	s.add("direct TCP", map[string]float64{"throughput": 4000, "machine": 0.5})
+	s.add("gozt", map[string]float64{"throughput": 600, "machine": 3.3, "cpu": 2.6})
+	rs := tunnelFloor("HBONE upload", s, 600, 1000, 1, 2)
+	if len(rs) != 3 {
+		t.Fatalf("got %d rows, want 3: %+v", len(rs), rs)
+	}
+	near := func(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
+	if r := rs[0]; !near(r.Value, 3.3) || !near(r.BaselineValue, 3) || !near(r.Ratio, 1.1) {
+		t.Errorf("whole-machine row = %+v, want 3.3 against 3", r)
+	}
+	if r := rs[1]; !near(r.Value, 2.6) || !near(r.BaselineValue, 2.5) {
+		t.Errorf("proxies row = %+v, want 2.6 against 2.5", r)
+	}
+	r := rs[2]
+	if !near(r.BaselineValue, 2000.0/3) || !near(r.Ratio, 0.9) {
+		t.Errorf("ceiling row = %+v, want 600 MB/s against 666.7", r)
+	}
+	if !strings.Contains(r.Note, "at most 0.67× direct mTLS") {
+		t.Errorf("ceiling note = %q, want it to say 0.67× direct mTLS", r.Note)
+	}
+	if rs := tunnelFloor("HBONE upload", samples{}, 600, 1000, 1, 2); rs != nil {
+		t.Errorf("without machine figures: %+v, want no rows", rs)
 	}
 }

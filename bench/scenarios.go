@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"runtime"
 	"time"
 )
 
@@ -34,6 +35,9 @@ func allScenarios() []scenario {
 	}
 }
 
+// m1Stream is the HBONE scenarios' throughput metric.
+const m1Stream = "throughput, 1 stream"
+
 type bulkFunc func(ctx context.Context, dial dialFunc, d time.Duration) (int64, time.Duration, error)
 
 // bulk is a throughput variant: MB/s, and CPU-s per GB of procs if any.
@@ -44,13 +48,22 @@ func (e *env) bulk(name string, dial dialFunc, fn bulkFunc, procs ...*child) var
 			d = e.b.warmDur
 		}
 		cpu0 := cpuOf(procs...)
+		busy0, busyErr := machineBusy()
 		n, t, err := fn(ctx, dial, d)
 		if err != nil {
 			return nil, err
 		}
+		busy1, err := machineBusy()
+		if busyErr == nil {
+			busyErr = err
+		}
+		gb := float64(n) / 1e9
 		m := map[string]float64{"throughput": float64(n) / t.Seconds() / 1e6}
 		if len(procs) > 0 {
-			m["cpu"] = (cpuOf(procs...) - cpu0).Seconds() / (float64(n) / 1e9)
+			m["cpu"] = (cpuOf(procs...) - cpu0).Seconds() / gb
+		}
+		if busyErr == nil && n > 0 {
+			m["machine"] = (busy1 - busy0).Seconds() / gb
 		}
 		return m, nil
 	}}
@@ -129,15 +142,46 @@ func runHBONE(ctx context.Context, e *env, title string, fn bulkFunc) ([]Result,
 	if err != nil {
 		return nil, err
 	}
-	const m = "throughput, 1 stream"
+	const m = m1Stream
 	g, n := s.median("gozt", "throughput"), s.count("gozt", "throughput")
-	return []Result{
+	mtls := s.median("direct mTLS", "throughput")
+	rs := []Result{
 		row(title, m, g, "MB/s", n).vs("direct TCP", s.median("direct TCP", "throughput")).goal(Target{Bound: 0.30}),
-		row(title, m, g, "MB/s", n).vs("direct mTLS", s.median("direct mTLS", "throughput")),
+		row(title, m, g, "MB/s", n).vs("direct mTLS", mtls),
 		row(title, m, g, "MB/s", n).vs("x/net pair", s.median("x/net pair", "throughput")).goal(Target{Bound: 1.5}),
 		row(title, "CPU per GB, both proxies", s.median("gozt", "cpu"), "CPU-s/GB", n).
 			vs("x/net pair", s.median("x/net pair", "cpu")).goal(Target{OnValue: true, Max: true, Bound: 1.1}),
-	}, nil
+	}
+	return append(rs, tunnelFloor(title, s, g, mtls, n, runtime.NumCPU())...), nil
+}
+
+// tunnelFloor returns the rows that measure, in the same run, the least
+// work any two-proxy TLS tunnel does per byte on this machine, and the
+// throughput that leaves when client, proxies and server share its cores.
+// A tunnel's path is one TLS connection and two TCP connections: the
+// client's to the outbound proxy and the inbound proxy's to the server. So
+// its whole-machine CPU per GB (every process and the kernel's loopback
+// work, from /proc/stat) is at least direct mTLS's plus twice direct TCP's,
+// and the two proxies' own at least direct mTLS's plus one direct TCP's
+// (they do the TLS pair's sealing, opening, writes and reads, and one TCP
+// pair's read and write). Where every core is busy (as here, where one
+// machine runs all four processes) throughput is at most cores ÷ that
+// floor. g and mtls are gozt's and direct mTLS's throughput in MB/s.
+func tunnelFloor(title string, s samples, g, mtls float64, n, cores int) []Result {
+	tls, tcp := s.median("direct mTLS", "machine"), s.median("direct TCP", "machine")
+	if tls <= 0 || tcp <= 0 {
+		return nil // no /proc/stat
+	}
+	path := tls + 2*tcp
+	ceiling := float64(cores) / path * 1e3 // MB/s
+	return []Result{
+		row(title, "CPU per GB, whole machine", s.median("gozt", "machine"), "CPU-s/GB", n).
+			vs("direct mTLS + 2 × direct TCP", path),
+		row(title, "CPU per GB, both proxies", s.median("gozt", "cpu"), "CPU-s/GB", n).
+			vs("direct mTLS + direct TCP, whole machine", tls+tcp),
+		row(title, m1Stream, g, "MB/s", n).vs("ceiling on this machine", ceiling).
+			note(fmt.Sprintf("at most %.2f× direct mTLS here: %d cores ÷ (direct mTLS + 2 × direct TCP) CPU-s per GB of the whole machine", ceiling/mtls, cores)),
+	}
 }
 
 func runHBONEMulti(ctx context.Context, e *env) ([]Result, error) {
