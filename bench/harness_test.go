@@ -203,7 +203,7 @@ func TestProcReaders(t *testing.T) {
 
 // TestRunQuickEndToEnd runs one cheap scenario in its --quick form, as
 // `gozt bench --quick --scenario round-trip` would: the gozt pair, the x/net
-// pair and the test server in child processes (this test binary, re-run
+// pair, the two relays and the test server in child processes (this test binary, re-run
 // through TestMain), then checks the figures are sane and nothing is left
 // running. It asserts no speed.
 func TestRunQuickEndToEnd(t *testing.T) {
@@ -237,9 +237,10 @@ func TestRunQuickEndToEnd(t *testing.T) {
 	if err := json.Unmarshal(b, &rep); err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Results) != 4 {
-		t.Fatalf("%d results, want 4: %+v", len(rep.Results), rep.Results)
+	if len(rep.Results) != 6 {
+		t.Fatalf("%d results, want 6: %+v", len(rep.Results), rep.Results)
 	}
+	relayRows := 0
 	for _, r := range rep.Results {
 		if r.Scenario != "round trip" || r.Unit != "µs" || r.Samples != 3 {
 			t.Errorf("result %+v: want scenario \"round trip\", unit µs, 3 samples", r)
@@ -254,9 +255,15 @@ func TestRunQuickEndToEnd(t *testing.T) {
 		if !finite(r.Value) || !finite(r.BaselineValue) || !added && (r.Value <= 0 || r.BaselineValue <= 0 || r.Ratio <= 0) {
 			t.Errorf("result %s/%s: value %v, baseline %v, ratio %v; want finite figures, positive round trips", r.Scenario, r.Metric, r.Value, r.BaselineValue, r.Ratio)
 		}
+		if r.Baseline == twoRelays {
+			relayRows++
+		}
 		if strings.HasPrefix(r.Metric, "1-byte") && r.Ratio <= 1 {
 			t.Errorf("%s through gozt is %v× direct TCP; want above 1×", r.Metric, r.Ratio)
 		}
+	}
+	if relayRows != 2 {
+		t.Errorf("%d rows against %s, want one per quantile", relayRows, twoRelays)
 	}
 	if rep.Machine.Cores != runtime.NumCPU() || rep.Machine.Kernel == "" || rep.Machine.Go != runtime.Version() {
 		t.Errorf("machine = %+v", rep.Machine)
@@ -266,16 +273,17 @@ func TestRunQuickEndToEnd(t *testing.T) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
-	// --trace-dir: each proxy process (not the test server) wrote a
+	// --trace-dir: each proxy and relay process (not the test server) wrote a
 	// runtime execution trace, which starts with the format's header.
-	for _, name := range []string{"round-trip-gozt-out.trace", "round-trip-gozt-in.trace", "round-trip-xnet-out.trace", "round-trip-xnet-in.trace"} {
+	for _, name := range []string{"round-trip-gozt-out.trace", "round-trip-gozt-in.trace", "round-trip-xnet-out.trace", "round-trip-xnet-in.trace",
+		"round-trip-relay-1.trace", "round-trip-relay-2.trace"} {
 		b, err := os.ReadFile(filepath.Join(traceDir, name))
 		if err != nil || len(b) < 16 || !bytes.HasPrefix(b, []byte("go 1.")) || !bytes.Contains(b[:16], []byte(" trace")) {
 			t.Errorf("trace %s: %v, %d bytes; want a Go execution trace", name, err, len(b))
 		}
 	}
-	if ents, _ := os.ReadDir(traceDir); len(ents) != 4 {
-		t.Errorf("%d files in the trace dir, want the 4 proxies'", len(ents))
+	if ents, _ := os.ReadDir(traceDir); len(ents) != 6 {
+		t.Errorf("%d files in the trace dir, want the 4 proxies' and the 2 relays'", len(ents))
 	}
 	if !strings.Contains(stdout.String(), "| round trip | added p50 |") {
 		t.Errorf("stdout lacks the table:\n%s", stdout.String())

@@ -21,6 +21,10 @@ const (
 	socksPort = 15080
 	hbonePort = 15008
 	trustDom  = "cluster.local"
+
+	// relayChainPort and the port after it are the latency scenarios' two
+	// relays in a row (twoRelays), on the relay's address.
+	relayChainPort = 9100
 )
 
 // plan is where everything listens. Every address is a distinct loopback

@@ -269,10 +269,16 @@ func runLatency(ctx context.Context, e *env, scen, title string, mk func(string,
 		return nil, err
 	}
 	defer stopAll([]*child{xo, xi})
+	relays, err := e.relayChain(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer stopAll(relays)
 	vs := []variant{
 		mk("direct TCP", e.directTCP()),
 		mk("x/net pair", e.xnetDial()),
 		mk("gozt", e.goztDial(1, e.plan.server)),
+		mk(twoRelays, e.relayChainDial()),
 	}
 	s, err := e.measure(ctx, scen, vs, "p50", "µs p50")
 	if err != nil {
@@ -281,16 +287,45 @@ func runLatency(ctx context.Context, e *env, scen, title string, mk func(string,
 	n := s.count("gozt", "p50")
 	var rs []Result
 	for _, q := range []string{"p50", "p99"} {
-		g, d, x := s.median("gozt", q), s.median("direct TCP", q), s.median("x/net pair", q)
+		g, d, x, r := s.median("gozt", q), s.median("direct TCP", q), s.median("x/net pair", q), s.median(twoRelays, q)
 		whole, addedName, target := metrics(q)
 		rs = append(rs, row(title, whole, g, "µs", n).vs("direct TCP", d))
 		added := row(title, addedName, g-d, "µs", n).vs("x/net pair", x-d)
 		if target != nil {
-			added = added.goal(*target)
+			added = added.goal(*target).note(fmt.Sprintf("two splice relays add %.2f× the x/net pair's here", ratio(r-d, x-d)))
 		}
-		rs = append(rs, added)
+		rs = append(rs, added, row(title, addedName, g-d, "µs", n).vs(twoRelays, r-d))
 	}
 	return rs, nil
+}
+
+// twoRelays names the latency scenarios' floor: two of the harness's
+// splice relays in a row (client → relay → relay → server), about the
+// least that two more processes on the path add to a connection's latency
+// on this machine, with no TLS, HTTP/2, routing or policy. A two-proxy
+// mesh does their work and more (it is not a strict bound: for one byte a
+// read and a write can beat splice's two calls through a pipe).
+const twoRelays = "two splice relays"
+
+// relayChain starts the two relays of twoRelays; relayChainDial reaches
+// the test server through them.
+func (e *env) relayChain(ctx context.Context) ([]*child, error) {
+	second, err := e.role(ctx, "relay-2", "relay", "--listen", ap(e.plan.relay, relayChainPort+1).String(),
+		"--target", ap(e.plan.server, appPort).String())
+	if err != nil {
+		return nil, err
+	}
+	first, err := e.role(ctx, "relay-1", "relay", "--listen", ap(e.plan.relay, relayChainPort).String(),
+		"--target", ap(e.plan.relay, relayChainPort+1).String())
+	if err != nil {
+		second.stop()
+		return nil, err
+	}
+	return []*child{first, second}, nil
+}
+
+func (e *env) relayChainDial() dialFunc {
+	return directDial(e.plan.source(1), ap(e.plan.relay, relayChainPort))
 }
 
 // firstByte is a first-response-byte variant: p50 and p99 in µs of
