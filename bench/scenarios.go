@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"time"
 )
 
@@ -704,7 +707,13 @@ func runXDSPush(ctx context.Context, e *env) ([]Result, error) {
 		return nil, err
 	}
 	defer p.stop()
-	s, err := e.measure(ctx, "xds-push", []variant{e.push(x, out, in, p)}, "stall", "ms stall")
+	s, err := e.measure(ctx, "xds-push", []variant{e.push("push", x, out, in, p)}, "stall", "ms stall")
+	if err != nil {
+		return nil, err
+	}
+	p.stop()
+	stopAll([]*child{out, in})
+	floor, err := e.pushFloor(ctx, x, xdsArgs)
 	if err != nil {
 		return nil, err
 	}
@@ -722,7 +731,55 @@ func runXDSPush(ctx context.Context, e *env) ([]Result, error) {
 		row(t, "longest stop-the-world of a proxy in that window", s.median("push", "stw"), "ms", n),
 		row(t, "longest wait of a proxy for the world to stop in that window", s.median("push", "stop"), "ms", n),
 		row(t, "longest wait of a ready goroutine to run, in a proxy, in that window", s.median("push", "wait"), "ms", n),
+		row(t, "longest stall of a live connection, the collector off in both proxies", floor.median(pushFloorName, "stall"), "ms",
+			floor.count(pushFloorName, "stall")).vs("collector on", s.median("push", "stall")).
+			note("the same push with GOGC=off: what the push costs here without any mark work"),
 	}, nil
+}
+
+// pushFloorName names the push variant whose proxies run without a
+// collector.
+const pushFloorName = "push, no collector"
+
+// pushFloor measures the push's stall again through a new pair of proxies
+// that never collect garbage (GOGC=off, GOMEMLIMIT=off; the variant's own
+// forced collections between pushes, outside the measured window, keep
+// their memory bounded), for at most 3 repetitions: the stall a push costs
+// on this machine with no mark work at all, the floor of any change to
+// what the collector marks or when it runs. It fails if a proxy collected
+// in the window anyway.
+func (e *env) pushFloor(ctx context.Context, x *child, xdsArgs []string) (samples, error) {
+	noGC := func(cmd *exec.Cmd) { cmd.Env = append(os.Environ(), "GOGC=off", "GOMEMLIMIT=off") }
+	common := []string{"--config", e.mesh, "--ca-dir", e.caDir}
+	out, err := e.roleWith(ctx, "gozt-out-nogc", "gozt", noGC, slices.Concat(common, []string{"--uids", clientUID}, xdsArgs)...)
+	if err != nil {
+		return nil, err
+	}
+	defer out.stop()
+	in, err := e.roleWith(ctx, "gozt-in-nogc", "gozt", noGC, slices.Concat(common, []string{"--uids", serverUID}, xdsArgs)...)
+	if err != nil {
+		return nil, err
+	}
+	defer in.stop()
+	if _, err := x.call(ctx, "wait-clients 2"); err != nil {
+		return nil, err
+	}
+	p, err := startProbe(ctx, e.goztDial(1, e.plan.server), time.Millisecond)
+	if err != nil {
+		return nil, err
+	}
+	defer p.stop()
+	reps := e.b.reps
+	e.b.reps = min(reps, 3)
+	defer func() { e.b.reps = reps }()
+	s, err := e.measure(ctx, "xds-push", []variant{e.push(pushFloorName, x, out, in, p)}, "stall", "ms stall")
+	if err != nil {
+		return nil, err
+	}
+	if gcs := s[pushFloorName]["gcs"]; slices.Max(gcs) > 0 {
+		return nil, fmt.Errorf("proxies with GOGC=off collected in a push's window: %v per proxy", gcs)
+	}
+	return s, nil
 }
 
 // push is the xDS variant: watch the probe on a live HBONE connection over
@@ -734,14 +791,14 @@ func runXDSPush(ctx context.Context, e *env) ([]Result, error) {
 // an applied push. The calm window comes before the push, as long as the
 // previous push took (firstCalm before the first), so that nothing of a
 // push is in it.
-func (e *env) push(x, out, in *child, p *probe) variant {
+func (e *env) push(name string, x, out, in *child, p *probe) variant {
 	const (
 		pushTail  = 500 * time.Millisecond
 		firstCalm = 1500 * time.Millisecond
 	)
 	rep := 0
 	calmFor := firstCalm
-	return variant{"push", func(ctx context.Context, warm bool) (map[string]float64, error) {
+	return variant{name, func(ctx context.Context, warm bool) (map[string]float64, error) {
 		rep++
 		n := e.b.workloads
 		if warm {
