@@ -699,19 +699,10 @@ func runXDSPush(ctx context.Context, e *env) ([]Result, error) {
 		return nil, err
 	}
 	defer stopAll([]*child{out, in})
-	if _, err := x.call(ctx, "wait-clients 2"); err != nil {
-		return nil, err
-	}
-	p, err := startProbe(ctx, e.goztDial(1, e.plan.server), time.Millisecond)
+	s, err := e.measurePushes(ctx, "push", x, out, in)
 	if err != nil {
 		return nil, err
 	}
-	defer p.stop()
-	s, err := e.measure(ctx, "xds-push", []variant{e.push("push", x, out, in, p)}, "stall", "ms stall")
-	if err != nil {
-		return nil, err
-	}
-	p.stop()
 	stopAll([]*child{out, in})
 	floor, err := e.pushFloor(ctx, x, xdsArgs)
 	if err != nil {
@@ -735,6 +726,20 @@ func runXDSPush(ctx context.Context, e *env) ([]Result, error) {
 			floor.count(pushFloorName, "stall")).vs("collector on", s.median("push", "stall")).
 			note("the same push with GOGC=off: what the push costs here without any mark work"),
 	}, nil
+}
+
+// measurePushes waits for both proxies' xDS streams and measures the push
+// variant name through them, watching a live connection from the probe.
+func (e *env) measurePushes(ctx context.Context, name string, x, out, in *child) (samples, error) {
+	if _, err := x.call(ctx, "wait-clients 2"); err != nil {
+		return nil, err
+	}
+	p, err := startProbe(ctx, e.goztDial(1, e.plan.server), time.Millisecond)
+	if err != nil {
+		return nil, err
+	}
+	defer p.stop()
+	return e.measure(ctx, "xds-push", []variant{e.push(name, x, out, in, p)}, "stall", "ms stall")
 }
 
 // pushFloorName names the push variant whose proxies run without a
@@ -761,18 +766,10 @@ func (e *env) pushFloor(ctx context.Context, x *child, xdsArgs []string) (sample
 		return nil, err
 	}
 	defer in.stop()
-	if _, err := x.call(ctx, "wait-clients 2"); err != nil {
-		return nil, err
-	}
-	p, err := startProbe(ctx, e.goztDial(1, e.plan.server), time.Millisecond)
-	if err != nil {
-		return nil, err
-	}
-	defer p.stop()
 	reps := e.b.reps
 	e.b.reps = min(reps, 3)
 	defer func() { e.b.reps = reps }()
-	s, err := e.measure(ctx, "xds-push", []variant{e.push(pushFloorName, x, out, in, p)}, "stall", "ms stall")
+	s, err := e.measurePushes(ctx, pushFloorName, x, out, in)
 	if err != nil {
 		return nil, err
 	}
