@@ -114,12 +114,17 @@ func (e *env) profileName(label string) string {
 // goztPair starts the outbound (client workload) and inbound (server
 // workloads) gozt processes.
 func (e *env) goztPair(ctx context.Context, outArgs, inArgs []string) (out, in *child, err error) {
-	common := []string{"--config", e.mesh, "--ca-dir", e.caDir}
-	out, err = e.role(ctx, "gozt-out", "gozt", slices.Concat(common, []string{"--uids", clientUID}, outArgs)...)
+	return e.goztPairWith(ctx, "", nil, outArgs, inArgs)
+}
+
+// goztPairWith is goztPair with a suffix for the processes' labels and a
+// setup function for their commands (see startRole).
+func (e *env) goztPairWith(ctx context.Context, suffix string, setup func(*exec.Cmd), outArgs, inArgs []string) (out, in *child, err error) {
+	out, err = e.goztWith(ctx, "gozt-out"+suffix, clientUID, setup, outArgs...)
 	if err != nil {
 		return nil, nil, err
 	}
-	in, err = e.goztIn(ctx, "gozt-in", serverUID, inArgs...)
+	in, err = e.goztWith(ctx, "gozt-in"+suffix, serverUID, setup, inArgs...)
 	if err != nil {
 		out.stop()
 		return nil, nil, err
@@ -130,7 +135,13 @@ func (e *env) goztPair(ctx context.Context, outArgs, inArgs []string) (out, in *
 // goztIn starts an inbound gozt process serving the workloads uids
 // (comma-separated).
 func (e *env) goztIn(ctx context.Context, label, uids string, args ...string) (*child, error) {
-	return e.role(ctx, label, "gozt", slices.Concat([]string{"--config", e.mesh, "--ca-dir", e.caDir, "--uids", uids}, args)...)
+	return e.goztWith(ctx, label, uids, nil, args...)
+}
+
+// goztWith starts a gozt process serving the workloads uids, its command
+// adjusted by setup if non-nil.
+func (e *env) goztWith(ctx context.Context, label, uids string, setup func(*exec.Cmd), args ...string) (*child, error) {
+	return e.roleWith(ctx, label, "gozt", setup, slices.Concat([]string{"--config", e.mesh, "--ca-dir", e.caDir, "--uids", uids}, args)...)
 }
 
 // xnetPair starts the x/net outbound and inbound proxies.

@@ -69,55 +69,53 @@ func procRSS(pid int) (int64, error) {
 	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
 }
 
-// cpuTimes returns the machine's idle and total CPU time so far, in ticks
-// (the aggregate "cpu" line of /proc/stat; idle includes iowait).
-func cpuTimes() (idle, total uint64, err error) {
+// machineTicks returns the columns of /proc/stat's aggregate "cpu" line,
+// in ticks: user, nice, system, idle, iowait, irq, softirq, steal, ...
+func machineTicks() ([]uint64, error) {
 	b, err := os.ReadFile("/proc/stat")
 	if err != nil {
-		return 0, 0, err
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line)
-	if len(f) < 6 || f[0] != "cpu" {
-		return 0, 0, fmt.Errorf("parse /proc/stat: %q", line)
-	}
-	for i, s := range f[1:] {
-		v, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			return 0, 0, fmt.Errorf("parse /proc/stat: %q", line)
-		}
-		total += v
-		if i == 3 || i == 4 { // idle, iowait
-			idle += v
-		}
-	}
-	return idle, total, nil
-}
-
-// machineBusy returns the CPU time all of the machine's cores have spent
-// working so far: user, nice, system, irq and softirq of /proc/stat's
-// aggregate line (the kernel's loopback TCP work included, whichever
-// process it ran for), not idle, iowait or steal (time the hypervisor gave
-// another guest).
-func machineBusy() (time.Duration, error) {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	line, _, _ := strings.Cut(string(b), "\n")
 	f := strings.Fields(line)
 	if len(f) < 8 || f[0] != "cpu" {
-		return 0, fmt.Errorf("parse /proc/stat: %q", line)
+		return nil, fmt.Errorf("parse /proc/stat: %q", line)
 	}
-	var ticks uint64
-	for _, i := range []int{1, 2, 3, 6, 7} { // user nice system irq softirq
-		v, err := strconv.ParseUint(f[i], 10, 64)
+	ticks := make([]uint64, len(f)-1)
+	for i, s := range f[1:] {
+		v, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {
-			return 0, fmt.Errorf("parse /proc/stat: %q", line)
+			return nil, fmt.Errorf("parse /proc/stat: %q", line)
 		}
-		ticks += v
+		ticks[i] = v
 	}
-	return time.Duration(ticks) * time.Second / clockTicks, nil
+	return ticks, nil
+}
+
+// cpuTimes returns the machine's idle and total CPU time so far, in ticks
+// (idle includes iowait).
+func cpuTimes() (idle, total uint64, err error) {
+	ticks, err := machineTicks()
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, v := range ticks {
+		total += v
+	}
+	return ticks[3] + ticks[4], total, nil
+}
+
+// machineBusy returns the CPU time all of the machine's cores have spent
+// working so far: user, nice, system, irq and softirq (the kernel's
+// loopback TCP work included, whichever process it ran for), not idle,
+// iowait or steal (time the hypervisor gave another guest).
+func machineBusy() (time.Duration, error) {
+	ticks, err := machineTicks()
+	if err != nil {
+		return 0, err
+	}
+	busy := ticks[0] + ticks[1] + ticks[2] + ticks[5] + ticks[6]
+	return time.Duration(busy) * time.Second / clockTicks, nil
 }
 
 // kernelRelease is `uname -r`.

@@ -145,7 +145,7 @@ func runHBONE(ctx context.Context, e *env, title string, fn bulkFunc) ([]Result,
 	if err != nil {
 		return nil, err
 	}
-	const m = m1Stream
+	const m = m1Stream // the rows below
 	g, n := s.median("gozt", "throughput"), s.count("gozt", "throughput")
 	mtls := s.median("direct mTLS", "throughput")
 	rs := []Result{
@@ -755,17 +755,11 @@ const pushFloorName = "push, no collector"
 // in the window anyway.
 func (e *env) pushFloor(ctx context.Context, x *child, xdsArgs []string) (samples, error) {
 	noGC := func(cmd *exec.Cmd) { cmd.Env = append(os.Environ(), "GOGC=off", "GOMEMLIMIT=off") }
-	common := []string{"--config", e.mesh, "--ca-dir", e.caDir}
-	out, err := e.roleWith(ctx, "gozt-out-nogc", "gozt", noGC, slices.Concat(common, []string{"--uids", clientUID}, xdsArgs)...)
+	out, in, err := e.goztPairWith(ctx, "-nogc", noGC, xdsArgs, xdsArgs)
 	if err != nil {
 		return nil, err
 	}
-	defer out.stop()
-	in, err := e.roleWith(ctx, "gozt-in-nogc", "gozt", noGC, slices.Concat(common, []string{"--uids", serverUID}, xdsArgs)...)
-	if err != nil {
-		return nil, err
-	}
-	defer in.stop()
+	defer stopAll([]*child{out, in})
 	reps := e.b.reps
 	e.b.reps = min(reps, 3)
 	defer func() { e.b.reps = reps }()
