@@ -24,7 +24,8 @@ import (
 // in its own process so that building and sending a push does not compete
 // with the harness's probe inside one Go runtime.
 //
-// Commands: "wait-clients N" waits until N streams are open; "prepare N
+// Commands: "wait-clients N" waits until N streams have been opened in all
+// (closed ones count); "prepare N
 // TAG" builds the resources of the next "push N TAG" without sending them;
 // "push N TAG" pushes N new workloads named after TAG in one response and
 // answers, as JSON, the time until every client ACKed it and the wire size;

@@ -699,7 +699,7 @@ func runXDSPush(ctx context.Context, e *env) ([]Result, error) {
 		return nil, err
 	}
 	defer stopAll([]*child{out, in})
-	s, err := e.measurePushes(ctx, "push", x, out, in)
+	s, err := e.measurePushes(ctx, "push", 2, x, out, in)
 	if err != nil {
 		return nil, err
 	}
@@ -728,10 +728,12 @@ func runXDSPush(ctx context.Context, e *env) ([]Result, error) {
 	}, nil
 }
 
-// measurePushes waits for both proxies' xDS streams and measures the push
-// variant name through them, watching a live connection from the probe.
-func (e *env) measurePushes(ctx context.Context, name string, x, out, in *child) (samples, error) {
-	if _, err := x.call(ctx, "wait-clients 2"); err != nil {
+// measurePushes waits until the fake istiod has seen streams xDS streams
+// opened in all (both proxies', and any replaced pair's before them) and
+// measures the push variant name through out and in, watching a live
+// connection from the probe.
+func (e *env) measurePushes(ctx context.Context, name string, streams int, x, out, in *child) (samples, error) {
+	if _, err := x.call(ctx, fmt.Sprintf("wait-clients %d", streams)); err != nil {
 		return nil, err
 	}
 	p, err := startProbe(ctx, e.goztDial(1, e.plan.server), time.Millisecond)
@@ -763,7 +765,7 @@ func (e *env) pushFloor(ctx context.Context, x *child, xdsArgs []string) (sample
 	reps := e.b.reps
 	e.b.reps = min(reps, 3)
 	defer func() { e.b.reps = reps }()
-	s, err := e.measurePushes(ctx, pushFloorName, x, out, in)
+	s, err := e.measurePushes(ctx, pushFloorName, 4, x, out, in) // the first pair's 2 streams and these
 	if err != nil {
 		return nil, err
 	}
