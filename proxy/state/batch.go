@@ -27,7 +27,7 @@ type Batch struct {
 
 	ownWorkloads, ownByIP, ownByName, ownServices, ownByVIP, ownByHostname bool
 	ownPolicies, ownNSPolicies, ownMembers                                 bool
-	ownFree, ownByIPMore, ownNetIDs, ownByNameMore                         bool
+	ownFree, ownByIPMore, ownNetIDs, ownByNameMore, ownUIDShared           bool
 
 	chWorkloads map[string]bool // uids changed in this batch
 	chPolicies  map[string]bool // policy keys changed in this batch
@@ -151,7 +151,7 @@ func (b *Batch) Reset() {
 	b.next = fresh
 	b.ownWorkloads, b.ownByIP, b.ownByName, b.ownServices, b.ownByVIP = true, true, true, true, true
 	b.ownByHostname, b.ownPolicies, b.ownNSPolicies, b.ownMembers = true, true, true, true
-	b.ownFree, b.ownByIPMore, b.ownNetIDs, b.ownByNameMore = true, true, true, true
+	b.ownFree, b.ownByIPMore, b.ownNetIDs, b.ownByNameMore, b.ownUIDShared = true, true, true, true, true
 	clear(b.ownedMembers)
 	clear(b.fresh)
 	clear(b.dirty)
@@ -194,7 +194,7 @@ func (b *Batch) insertWorkload(w *Workload, adopt bool) error {
 	} else {
 		wc = normalizeWorkload(w)
 	}
-	slot, had := b.next.workloads[wc.UID]
+	slot, had := b.next.slotOf(wc.UID)
 	var old *Workload
 	if had {
 		old = b.next.slots[slot]
@@ -202,7 +202,7 @@ func (b *Batch) insertWorkload(w *Workload, adopt bool) error {
 	b.ownWorkloadTable()
 	if !had {
 		slot = b.takeSlot()
-		b.next.workloads[wc.UID] = slot
+		b.addUID(wc.UID, slot)
 	}
 	b.next.slots[slot] = wc
 	b.reindexWorkloadIPs(old, wc)
@@ -217,13 +217,13 @@ func (b *Batch) insertWorkload(w *Workload, adopt bool) error {
 // It reports whether the workload existed.
 func (b *Batch) RemoveWorkload(uid string) bool {
 	b.checkOpen()
-	slot, had := b.next.workloads[uid]
+	slot, had := b.next.slotOf(uid)
 	if !had {
 		return false
 	}
 	old := b.next.slots[slot]
 	b.ownWorkloadTable()
-	delete(b.next.workloads, uid)
+	b.removeUID(uid)
 	b.next.slots[slot] = nil
 	b.ownFreeList()
 	b.next.free = append(b.next.free, slot)
@@ -344,15 +344,52 @@ func (b *Batch) Snapshot() *Snapshot {
 
 // --- workloads ---
 
-// ownWorkloadTable gives the batch its own workloads map and slots.
+// ownWorkloadTable gives the batch its own uid table and slots.
 func (b *Batch) ownWorkloadTable() {
 	if !b.ownWorkloads {
-		b.next.workloads = cloneFor(b.next.workloads, b.reserve)
+		b.next.byUID.one = cloneFor(b.next.byUID.one, b.reserve)
 		slots := make([]*Workload, len(b.next.slots), len(b.next.slots)+b.reserve)
 		copy(slots, b.next.slots)
 		b.next.slots = slots
 		b.ownWorkloads = true
 	}
+}
+
+// addUID indexes a new workload's uid at slot. The batch owns the uid
+// table.
+func (b *Batch) addUID(uid string, slot int32) {
+	x := &b.next.byUID
+	h := uidHash(uid)
+	cur, ok := x.one[h]
+	if !ok {
+		x.one[h] = slot
+		return
+	}
+	shared := b.uidShared()
+	if cur >= 0 { // the first collision on h: its uid moves to shared
+		shared[b.next.slots[cur].UID] = cur
+		x.one[h] = -1
+	}
+	shared[uid] = slot
+}
+
+// removeUID removes uid from the uid table, which the batch owns.
+func (b *Batch) removeUID(uid string) {
+	h := uidHash(uid)
+	if b.next.byUID.one[h] >= 0 {
+		delete(b.next.byUID.one, h)
+		return
+	}
+	delete(b.uidShared(), uid)
+}
+
+// uidShared returns byUID.shared, copied before the batch's first change.
+func (b *Batch) uidShared() map[string]int32 {
+	if !b.ownUIDShared {
+		b.next.byUID.shared = maps.Clone(b.next.byUID.shared)
+		b.ownUIDShared = true
+	}
+	return b.next.byUID.shared
 }
 
 // takeSlot returns a free slot for a new workload: a freed one, or a new
@@ -462,7 +499,7 @@ func (b *Batch) reindexIP(k ipSlot, old, w *Workload, hasW bool) {
 		l = append(l, w)
 	}
 	slices.SortFunc(l, compareByIPPreference)
-	b.next.byIP.set(k, l, b.next.workloads, &b.ownByIPMore)
+	b.next.byIP.set(k, l, b.next, &b.ownByIPMore)
 }
 
 // reindexWorkloadName replaces old with w (either may be nil) in the name
@@ -481,13 +518,13 @@ func (b *Batch) reindexWorkloadName(old, w *Workload) {
 				l = append(l, x)
 			}
 		}
-		b.next.byName.set(h, l, b.next.workloads, &b.ownByNameMore)
+		b.next.byName.set(h, l, b.next, &b.ownByNameMore)
 	}
 	if w != nil {
 		h := nameHash(w.Namespace, w.Name)
 		l := append(b.next.byName.list(h, b.next.slots).appendTo(buf[:0]), w)
 		slices.SortFunc(l, func(a, b *Workload) int { return cmp.Compare(a.UID, b.UID) })
-		b.next.byName.set(h, l, b.next.workloads, &b.ownByNameMore)
+		b.next.byName.set(h, l, b.next, &b.ownByNameMore)
 	}
 }
 
@@ -517,10 +554,10 @@ func (x *slotIndex[K]) list(k K, slots []*Workload) wlist {
 	return wlist{first: slots[slot]}
 }
 
-// set makes l, in the index's order, its list at k; workloads gives the
-// slot of each listed workload. The batch owns x.one; ownMore is its flag
+// set makes l, in the index's order, its list at k; s (the batch's
+// snapshot) gives the slot of each listed workload. The batch owns x.one; ownMore is its flag
 // for x.more, which set copies before its first change.
-func (x *slotIndex[K]) set(k K, l []*Workload, workloads map[string]int32, ownMore *bool) {
+func (x *slotIndex[K]) set(k K, l []*Workload, s *Snapshot, ownMore *bool) {
 	ownedMore := func() map[K]wlist {
 		if !*ownMore {
 			x.more = maps.Clone(x.more)
@@ -535,7 +572,7 @@ func (x *slotIndex[K]) set(k K, l []*Workload, workloads map[string]int32, ownMo
 	case 0:
 		delete(x.one, k)
 	case 1:
-		x.one[k] = workloads[l[0].UID]
+		x.one[k], _ = s.slotOf(l[0].UID)
 	default:
 		x.one[k] = -1
 		ownedMore()[k] = makeWlist(l)

@@ -134,11 +134,33 @@ func sameView(a, b workloadView) error {
 func checkSlots(t *testing.T, what string, s *Snapshot) {
 	t.Helper()
 	used := map[int32]bool{}
-	for uid, slot := range s.workloads {
-		if w := s.slots[slot]; w == nil || w.UID != uid {
-			t.Fatalf("%s: slot %d of %s holds %v", what, slot, uid, uidOf(w))
+	for i, w := range s.slots {
+		if w == nil {
+			continue
 		}
-		used[slot] = true
+		if slot, ok := s.slotOf(w.UID); !ok || slot != int32(i) {
+			t.Fatalf("%s: the uid of slot %d, %s, finds slot %d (%v)", what, i, w.UID, slot, ok)
+		}
+		used[int32(i)] = true
+	}
+	indexed := 0
+	for h, slot := range s.byUID.one {
+		if slot < 0 {
+			continue
+		}
+		if w := s.slots[slot]; w == nil || uidHash(w.UID) != h {
+			t.Fatalf("%s: uid hash %x holds slot %d, %v", what, h, slot, uidOf(w))
+		}
+		indexed++
+	}
+	for uid, slot := range s.byUID.shared {
+		if w := s.slots[slot]; w == nil || w.UID != uid || s.byUID.one[uidHash(uid)] != -1 {
+			t.Fatalf("%s: shared uid %s holds slot %d, %v", what, uid, slot, uidOf(w))
+		}
+		indexed++
+	}
+	if indexed != len(used) {
+		t.Fatalf("%s: %d uids indexed, %d workloads", what, indexed, len(used))
 	}
 	free := map[int32]bool{}
 	for _, slot := range s.free {
@@ -200,6 +222,11 @@ func TestWorkloadIndexRandomBatches(t *testing.T) {
 	t.Cleanup(func() { nameHash = orig })
 	nameHash = func(namespace, name string) uint64 { return uint64(len(namespace) % 2) }
 	t.Run("colliding names", workloadIndexRandomBatches)
+	// Every uid in one of three hashes, so uids collide in byUID.
+	origUID := uidHash
+	t.Cleanup(func() { uidHash = origUID })
+	uidHash = func(uid string) uint64 { return uint64(len(uid) % 3) }
+	t.Run("colliding uids", workloadIndexRandomBatches)
 }
 
 func workloadIndexRandomBatches(t *testing.T) {
