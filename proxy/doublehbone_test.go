@@ -380,7 +380,7 @@ func (gw *eastWest) resolve(authority string) (netip.AddrPort, bool) {
 	}
 	snap := gw.store.Snapshot()
 	for _, svc := range snap.ServicesByHostname(host) {
-		for uid := range svc.Endpoints {
+		for uid := range svc.Endpoints.UIDs() {
 			if w := snap.WorkloadByUID(uid); w != nil && w.Network == dhNetB && len(w.Addresses) > 0 {
 				return netip.AddrPortFrom(w.Addresses[0], HBONEPort), true
 			}

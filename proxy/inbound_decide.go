@@ -212,8 +212,7 @@ func (q *connectQuery) isLocalWaypoint(gw *state.GatewayAddress) bool {
 	w, svc := q.resolveGateway(gw)
 	switch {
 	case svc != nil:
-		_, ok := svc.Endpoints[q.local.UID]
-		return ok
+		return svc.Endpoints.Has(q.local.UID)
 	case w != nil:
 		return slices.Contains(w.Addresses, q.l3dst.Addr())
 	}
@@ -297,8 +296,7 @@ func (q *connectQuery) gatewayIncludes(gw *state.GatewayAddress, w *state.Worklo
 	gwl, svc := q.resolveGateway(gw)
 	switch {
 	case svc != nil:
-		_, ok := svc.Endpoints[w.UID]
-		return ok
+		return svc.Endpoints.Has(w.UID)
 	case gwl != nil:
 		return gwl.UID == w.UID
 	}
@@ -321,7 +319,7 @@ func resolveHostname(snap *state.Snapshot, local *state.Workload, auth authority
 	if svc == nil {
 		return nil, 0
 	}
-	if ep, ok := svc.Endpoints[local.UID]; ok {
+	if ep, ok := svc.Endpoints.Get(local.UID); ok {
 		if t := ep.Ports[auth.port]; t != 0 {
 			return svc, t
 		}

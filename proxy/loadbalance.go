@@ -23,7 +23,7 @@ func (r *router) pickEndpoint(svc *state.Service, svcPort uint16, src *state.Wor
 		strict = lb.Mode == state.LBStrict
 	}
 	bestRank, total := -1, uint64(0)
-	for uid, ep := range svc.Endpoints {
+	for uid, ep := range svc.Endpoints.All() {
 		w, _, ok := r.candidate(uid, ep, svcPort, svcTarget)
 		if !ok {
 			continue
@@ -43,7 +43,7 @@ func (r *router) pickEndpoint(svc *state.Service, svcPort uint16, src *state.Wor
 		return nil, 0, false
 	}
 	n := r.randN(total)
-	for uid, ep := range svc.Endpoints {
+	for uid, ep := range svc.Endpoints.All() {
 		w, port, ok := r.candidate(uid, ep, svcPort, svcTarget)
 		if !ok {
 			continue

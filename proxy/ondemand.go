@@ -91,7 +91,7 @@ func (p *Proxy) fetchGateway(snap *state.Snapshot, gw *state.GatewayAddress, ns 
 	if svc == nil {
 		return snap
 	}
-	for uid := range svc.Endpoints {
+	for uid := range svc.Endpoints.UIDs() {
 		if snap.WorkloadByUID(uid) == nil {
 			snap = p.demand(uid)
 		}

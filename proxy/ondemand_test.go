@@ -343,7 +343,7 @@ func TestFetchGatewayMissingEndpoint(t *testing.T) {
 	store.Update(func(b *state.Batch) {
 		b.RemoveWorkload("c//Pod/ns/wp-a")
 		snap := b.Snapshot()
-		if n := len(snap.ServiceByKey(wpKey).Endpoints); n != 2 || snap.WorkloadByUID("c//Pod/ns/wp-a") != nil {
+		if n := snap.ServiceByKey(wpKey).Endpoints.Len(); n != 2 || snap.WorkloadByUID("c//Pod/ns/wp-a") != nil {
 			t.Fatalf("the batch's snapshot has %d endpoints of %s, want 2 with one workload missing", n, wpKey)
 		}
 		got = p.fetchGateway(snap, byHostname("waypoint"), "ns")

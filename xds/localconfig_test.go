@@ -346,7 +346,7 @@ func TestLocalhostExample(t *testing.T) {
 		t.Errorf("WorkloadByIP(127.0.0.1) = %v", w)
 	}
 	s := snap.ServiceByVIP("", netip.MustParseAddr("127.10.0.1"), "default")
-	if s == nil || len(s.Endpoints) != 2 {
+	if s == nil || s.Endpoints.Len() != 2 {
 		t.Fatalf("ServiceByVIP(127.10.0.1) = %v", s)
 	}
 	if snap.ServiceByVIP("", netip.MustParseAddr("127.10.0.2"), "default") != nil {

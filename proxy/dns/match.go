@@ -212,7 +212,7 @@ func (m *matcher) addresses(svc *state.Service, qtype uint16, ipv6 bool) []netip
 			}
 		}
 	} else {
-		for uid := range svc.Endpoints {
+		for uid := range svc.Endpoints.UIDs() {
 			w := m.snap.WorkloadByUID(uid)
 			if w == nil {
 				continue

@@ -17,7 +17,7 @@ import (
 // Copy-on-write: next starts as a shallow copy of the base snapshot; the
 // first change to each table clones it (the own* flags), and per-key inner
 // maps and slices are replaced, never mutated in place, unless they were
-// created in this batch (ownedMembers, fresh).
+// created in this batch (thawed, fresh).
 type Batch struct {
 	base *Snapshot
 	next *Snapshot
@@ -33,7 +33,10 @@ type Batch struct {
 	chPolicies  map[string]bool // policy keys changed in this batch
 	reset       bool
 
-	ownedMembers map[string]bool // members[key] maps created in this batch
+	// thawed holds, for each key whose members this batch changed, its
+	// members as a map the batch may modify; commit freezes them into
+	// members.
+	thawed map[string]map[string]Endpoint
 	fresh        map[string]bool // services[key] values created in this batch
 	dirty        map[string]bool // service keys whose endpoints or definition changed
 
@@ -65,7 +68,7 @@ func newBatch(base *Snapshot) *Batch {
 		next:         &next,
 		chWorkloads:  map[string]bool{},
 		chPolicies:   map[string]bool{},
-		ownedMembers: map[string]bool{},
+		thawed:       map[string]map[string]Endpoint{},
 		fresh:        map[string]bool{},
 		dirty:        map[string]bool{},
 		nsAdded:      map[string][]*rbac.Policy{},
@@ -86,6 +89,7 @@ func (b *Batch) commit() *Snapshot {
 	if !b.changed {
 		return nil
 	}
+	b.freezeMembers()
 	for key := range b.dirty {
 		b.refreshService(key)
 	}
@@ -152,7 +156,7 @@ func (b *Batch) Reset() {
 	b.ownWorkloads, b.ownByIP, b.ownByName, b.ownServices, b.ownByVIP = true, true, true, true, true
 	b.ownByHostname, b.ownPolicies, b.ownNSPolicies, b.ownMembers = true, true, true, true
 	b.ownFree, b.ownByIPMore, b.ownNetIDs, b.ownByNameMore, b.ownUIDShared = true, true, true, true, true
-	clear(b.ownedMembers)
+	clear(b.thawed)
 	clear(b.fresh)
 	clear(b.dirty)
 	clear(b.chWorkloads)
@@ -331,8 +335,9 @@ func (b *Batch) Remove(name string) bool {
 
 // Snapshot returns the state as changed so far in this batch, for reading
 // only (for example to look up the service a workload refers to). It is
-// valid only until the next change to the batch; endpoints of services
-// changed in this batch are brought up to date only when the batch commits.
+// valid only until the next change to the batch; endpoints (of services
+// and staged) changed in this batch are brought up to date only when the
+// batch commits.
 // It brings the policy indexes up to date, which copies each policy list
 // changed since the last call: calling it after every policy change makes a
 // batch quadratic again.
@@ -649,7 +654,7 @@ func (b *Batch) updateEndpoints(old, w *Workload) {
 	}
 	for key, ports := range w.Services {
 		ep := Endpoint{WorkloadUID: w.UID, Ports: ports, Status: w.Status}
-		if cur, ok := b.next.members[key][w.UID]; ok && cur.Status == ep.Status && maps.Equal(cur.Ports, ep.Ports) {
+		if cur, ok := b.member(key, w.UID); ok && cur.Status == ep.Status && maps.Equal(cur.Ports, ep.Ports) {
 			continue
 		}
 		b.memberMap(key)[w.UID] = ep
@@ -657,36 +662,51 @@ func (b *Batch) updateEndpoints(old, w *Workload) {
 	}
 }
 
-// memberMap returns a members[key] map that this batch may modify.
-func (b *Batch) memberMap(key string) map[string]Endpoint {
-	if !b.ownMembers {
-		b.next.members = maps.Clone(b.next.members)
-		b.ownMembers = true
+// member returns workload uid's endpoint among key's members, as changed so
+// far in this batch.
+func (b *Batch) member(key, uid string) (Endpoint, bool) {
+	if m, ok := b.thawed[key]; ok {
+		ep, ok := m[uid]
+		return ep, ok
 	}
-	m := b.next.members[key]
-	if !b.ownedMembers[key] {
-		if m == nil {
-			m = map[string]Endpoint{}
-		} else {
-			m = maps.Clone(m)
-		}
-		b.next.members[key] = m
-		b.ownedMembers[key] = true
+	return b.next.members[key].Get(uid)
+}
+
+// memberMap returns key's members as a map that this batch may modify.
+func (b *Batch) memberMap(key string) map[string]Endpoint {
+	m, ok := b.thawed[key]
+	if !ok {
+		m = b.next.members[key].Map()
+		b.thawed[key] = m
 	}
 	return m
 }
 
 func (b *Batch) deleteMember(key, uid string) {
-	if _, ok := b.next.members[key][uid]; !ok {
+	if _, ok := b.member(key, uid); !ok {
 		return
 	}
-	m := b.memberMap(key)
-	delete(m, uid)
-	if len(m) == 0 {
-		delete(b.next.members, key)
-		delete(b.ownedMembers, key)
-	}
+	delete(b.memberMap(key), uid)
 	b.dirty[key] = true
+}
+
+// freezeMembers stores the members this batch changed.
+func (b *Batch) freezeMembers() {
+	if len(b.thawed) == 0 {
+		return
+	}
+	if !b.ownMembers {
+		b.next.members = maps.Clone(b.next.members)
+		b.ownMembers = true
+	}
+	for key, m := range b.thawed {
+		if len(m) == 0 {
+			delete(b.next.members, key)
+		} else {
+			b.next.members[key] = freezeEndpoints(m, nil)
+		}
+	}
+	clear(b.thawed)
 }
 
 // --- services ---
@@ -714,28 +734,15 @@ func (b *Batch) refreshService(key string) {
 	b.reindexHostname(key, svc)
 }
 
-// admittedEndpoints returns the endpoints svc stores: all of eps if every one
-// is admitted (sharing the map), else a filtered copy.
-func admittedEndpoints(svc *Service, eps map[string]Endpoint) map[string]Endpoint {
-	n := 0
-	for _, ep := range eps {
-		if svc.admits(ep.Status) {
-			n++
+// admittedEndpoints returns the endpoints svc stores: eps itself if every
+// one is admitted, else the admitted ones.
+func admittedEndpoints(svc *Service, eps EndpointSet) EndpointSet {
+	for _, ep := range eps.All() {
+		if !svc.admits(ep.Status) {
+			return freezeEndpoints(eps.Map(), func(ep Endpoint) bool { return svc.admits(ep.Status) })
 		}
 	}
-	if n == len(eps) {
-		if eps == nil {
-			return map[string]Endpoint{}
-		}
-		return eps
-	}
-	out := make(map[string]Endpoint, n)
-	for uid, ep := range eps {
-		if svc.admits(ep.Status) {
-			out[uid] = ep
-		}
-	}
-	return out
+	return eps
 }
 
 // reindexHostname replaces the entry for key in the hostname index with svc

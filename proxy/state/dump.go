@@ -313,9 +313,9 @@ func NewServiceJSON(svc *Service) ServiceJSON {
 	return j
 }
 
-func endpointsJSON(eps map[string]Endpoint) map[string]EndpointJSON {
-	out := make(map[string]EndpointJSON, len(eps))
-	for uid, ep := range eps {
+func endpointsJSON(eps EndpointSet) map[string]EndpointJSON {
+	out := make(map[string]EndpointJSON, eps.Len())
+	for uid, ep := range eps.All() {
 		ports := make(map[uint16]uint16, len(ep.Ports))
 		maps.Copy(ports, ep.Ports)
 		out[uid] = EndpointJSON{WorkloadUID: ep.WorkloadUID, Port: ports, Status: ep.Status.String()}

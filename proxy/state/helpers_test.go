@@ -62,7 +62,7 @@ func endpointUIDs(s *Service) []string {
 		return nil
 	}
 	out := []string{}
-	for uid := range s.Endpoints {
+	for uid := range s.Endpoints.UIDs() {
 		out = append(out, uid)
 	}
 	return sorted(out)

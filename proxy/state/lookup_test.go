@@ -117,7 +117,7 @@ func TestWorkloadReplaceMovesIndexes(t *testing.T) {
 		t.Errorf("s1 endpoints = %v, want none", got)
 	}
 	want := map[string]Endpoint{w.UID: {WorkloadUID: w.UID, Ports: PortMap{80: 9090}}}
-	if diff := cmp.Diff(want, snap.ServiceByKey("ns/s2").Endpoints); diff != "" {
+	if diff := cmp.Diff(want, snap.ServiceByKey("ns/s2").Endpoints.Map()); diff != "" {
 		t.Errorf("s2 endpoints (-want +got):\n%s", diff)
 	}
 	// Removal clears everything.

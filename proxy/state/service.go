@@ -162,9 +162,9 @@ type Service struct {
 	IPFamilies                IPFamilies
 	Canonical                 bool
 	Visibility                Visibility
-	// Endpoints is built by the store from the workloads' Services maps,
-	// keyed by workload uid; whatever the caller sets is ignored.
-	Endpoints map[string]Endpoint
+	// Endpoints is built by the store from the workloads' Services maps;
+	// whatever the caller sets is ignored.
+	Endpoints EndpointSet
 }
 
 // Key returns "namespace/hostname", the service's resource name.

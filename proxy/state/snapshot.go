@@ -88,10 +88,11 @@ var _ rbac.SetSource = (*Snapshot)(nil)
 //     service whose endpoints change only needs its services entry replaced.
 //   - byHostname lists are ordered by namespace and point at the current
 //     services entries.
-//   - members holds every endpoint named by any workload, healthy or not,
-//     whether or not the service exists; Service.Endpoints is derived from it
-//     (filtered by health policy) and stagedEndpoints is the part whose
-//     service has not arrived.
+//   - members holds, per service key, every endpoint named by any workload,
+//     healthy or not, whether or not the service exists, as an EndpointSet
+//     (no pointer per endpoint); Service.Endpoints is derived from it
+//     (filtered by health policy, else the same set) and StagedEndpoints is
+//     the part whose service has not arrived.
 //   - nsPolicies holds only Namespace-scoped policies and global only
 //     Global-scoped ones, each an rbac.Set (indexed for Evaluate) sorted by
 //     key; nsPolicies has no entry for a namespace without policies.
@@ -116,7 +117,7 @@ type Snapshot struct {
 	policies   map[string]*rbac.Policy
 	nsPolicies map[string]*rbac.Set
 	global     *rbac.Set
-	members    map[string]map[string]Endpoint
+	members    map[string]EndpointSet
 	changes    Changes
 }
 
@@ -151,7 +152,7 @@ func emptySnapshot() *Snapshot {
 		byHostname: map[string][]*Service{},
 		policies:   map[string]*rbac.Policy{},
 		nsPolicies: map[string]*rbac.Set{},
-		members:    map[string]map[string]Endpoint{},
+		members:    map[string]EndpointSet{},
 	}
 }
 
@@ -385,10 +386,9 @@ func comparePolicies(a, b *rbac.Policy) int {
 }
 
 // StagedEndpoints returns, per service key whose service has not arrived,
-// the endpoints waiting for it (by workload uid). The inner maps are shared:
-// do not modify them.
-func (s *Snapshot) StagedEndpoints() map[string]map[string]Endpoint {
-	out := map[string]map[string]Endpoint{}
+// the endpoints waiting for it, in a new map.
+func (s *Snapshot) StagedEndpoints() map[string]EndpointSet {
+	out := map[string]EndpointSet{}
 	for key, eps := range s.members {
 		if _, ok := s.services[key]; !ok {
 			out[key] = eps

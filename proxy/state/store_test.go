@@ -23,20 +23,20 @@ func TestStagedEndpointsAttach(t *testing.T) {
 
 	ep := Endpoint{WorkloadUID: w.UID, Ports: PortMap{80: 8080}}
 	wantStaged := map[string]map[string]Endpoint{"ns/s": {w.UID: ep}}
-	if diff := cmp.Diff(wantStaged, st.Snapshot().StagedEndpoints()); diff != "" {
+	if diff := cmp.Diff(wantStaged, stagedMaps(st.Snapshot())); diff != "" {
 		t.Fatalf("staged before service (-want +got):\n%s", diff)
 	}
 	update(t, st, func(b *Batch, must func(error)) { must(b.InsertService(svc("ns", "s"))) })
 	snap := st.Snapshot()
-	if diff := cmp.Diff(map[string]map[string]Endpoint{}, snap.StagedEndpoints()); diff != "" {
+	if diff := cmp.Diff(map[string]map[string]Endpoint{}, stagedMaps(snap)); diff != "" {
 		t.Errorf("staged after service (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff(map[string]Endpoint{w.UID: ep}, snap.ServiceByKey("ns/s").Endpoints); diff != "" {
+	if diff := cmp.Diff(map[string]Endpoint{w.UID: ep}, snap.ServiceByKey("ns/s").Endpoints.Map()); diff != "" {
 		t.Errorf("endpoints after service (-want +got):\n%s", diff)
 	}
 	// Removing the service stages its endpoints again.
 	st.Update(func(b *Batch) { b.RemoveService("ns/s") })
-	if diff := cmp.Diff(wantStaged, st.Snapshot().StagedEndpoints()); diff != "" {
+	if diff := cmp.Diff(wantStaged, stagedMaps(st.Snapshot())); diff != "" {
 		t.Errorf("staged after service removal (-want +got):\n%s", diff)
 	}
 	// Removing the workload clears the staged entry.
@@ -44,6 +44,15 @@ func TestStagedEndpointsAttach(t *testing.T) {
 	if got := st.Snapshot().StagedEndpoints(); len(got) != 0 {
 		t.Errorf("staged after workload removal = %v, want empty", got)
 	}
+}
+
+// stagedMaps returns snap's staged endpoints as maps, for cmp.Diff.
+func stagedMaps(snap *Snapshot) map[string]map[string]Endpoint {
+	out := map[string]map[string]Endpoint{}
+	for key, eps := range snap.StagedEndpoints() {
+		out[key] = eps.Map()
+	}
+	return out
 }
 
 func TestServiceReplacementKeepsEndpoints(t *testing.T) {
@@ -58,7 +67,7 @@ func TestServiceReplacementKeepsEndpoints(t *testing.T) {
 	})
 	// The new version changes the VIP and carries (ignored) endpoints of its own.
 	s2 := svc("ns", "s", vip("", "10.96.0.2"))
-	s2.Endpoints = map[string]Endpoint{"bogus": {WorkloadUID: "bogus"}}
+	s2.Endpoints = NewEndpointSet(Endpoint{WorkloadUID: "bogus"})
 	update(t, st, func(bt *Batch, must func(error)) { must(bt.InsertService(s2)) })
 	snap := st.Snapshot()
 	got := snap.ServiceByKey("ns/s")
@@ -71,7 +80,7 @@ func TestServiceReplacementKeepsEndpoints(t *testing.T) {
 	if snap.ServiceByVIP("", ip("10.96.0.2"), "") != got {
 		t.Error("new VIP not indexed to the current service value")
 	}
-	if s2.Endpoints["bogus"].WorkloadUID != "bogus" {
+	if !s2.Endpoints.Has("bogus") || s2.Endpoints.Len() != 1 {
 		t.Error("the store modified the caller's service")
 	}
 }
@@ -304,7 +313,7 @@ func TestSnapshotIsolation(t *testing.T) {
 	if got := old.WorkloadByIP("", ip("10.0.0.1")); got == nil || got.UID != w.UID {
 		t.Errorf("old WorkloadByIP = %v", got)
 	}
-	if got := old.ServiceByVIP("", ip("10.96.0.1"), ""); got == nil || len(got.Endpoints) != 1 {
+	if got := old.ServiceByVIP("", ip("10.96.0.1"), ""); got == nil || got.Endpoints.Len() != 1 {
 		t.Errorf("old ServiceByVIP = %v", got)
 	}
 	if diff := cmp.Diff([]string{"ns/p"}, keys(old.NamespacePolicies("ns"))); diff != "" {
@@ -495,7 +504,7 @@ func TestConcurrentReaders(t *testing.T) {
 				w := snap.WorkloadByIP("", ip("10.0.0.1"))
 				s := snap.ServiceByVIP("", ip("10.96.0.1"), "ns")
 				if s != nil {
-					for uid, ep := range s.Endpoints {
+					for uid, ep := range s.Endpoints.All() {
 						if ep.WorkloadUID != uid || snap.WorkloadByUID(uid) == nil {
 							t.Errorf("endpoint %s without its workload in the same snapshot", uid)
 						}

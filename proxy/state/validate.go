@@ -154,7 +154,7 @@ func normalizeWorkloadInPlace(w *Workload) *Workload {
 // CIDRs masked; Endpoints is cleared (the store fills it).
 func normalizeService(s *Service) *Service {
 	c := *s
-	c.Endpoints = nil
+	c.Endpoints = EndpointSet{}
 	if needsUnmap(s.VIPs) {
 		c.VIPs = make([]NetworkAddress, len(s.VIPs))
 		for i, v := range s.VIPs {
