@@ -37,8 +37,8 @@ type Batch struct {
 	// members as a map the batch may modify; commit freezes them into
 	// members.
 	thawed map[string]map[string]Endpoint
-	fresh        map[string]bool // services[key] values created in this batch
-	dirty        map[string]bool // service keys whose endpoints or definition changed
+	fresh  map[string]bool // services[key] values created in this batch
+	dirty  map[string]bool // service keys whose endpoints or definition changed
 
 	// The policy indexes (nsPolicies, global) are brought up to date once,
 	// by flushPolicyIndex at commit (or Batch.Snapshot), so that a batch of
@@ -64,15 +64,15 @@ type Batch struct {
 func newBatch(base *Snapshot) *Batch {
 	next := *base
 	return &Batch{
-		base:         base,
-		next:         &next,
-		chWorkloads:  map[string]bool{},
-		chPolicies:   map[string]bool{},
-		thawed:       map[string]map[string]Endpoint{},
-		fresh:        map[string]bool{},
-		dirty:        map[string]bool{},
-		nsAdded:      map[string][]*rbac.Policy{},
-		dropped:      map[*rbac.Policy]bool{},
+		base:        base,
+		next:        &next,
+		chWorkloads: map[string]bool{},
+		chPolicies:  map[string]bool{},
+		thawed:      map[string]map[string]Endpoint{},
+		fresh:       map[string]bool{},
+		dirty:       map[string]bool{},
+		nsAdded:     map[string][]*rbac.Policy{},
+		dropped:     map[*rbac.Policy]bool{},
 	}
 }
 
