@@ -163,7 +163,7 @@ type Client struct {
 	// status is the stream's state for Status; guarded by mu.
 	status Status
 
-	held map[string]map[string]string // type URL → name → version; Run only
+	held map[string]*versionTable // type URL → name → version; Run only
 
 	// sendMu serializes Send on the current stream: Run sends ACKs and
 	// Demand sends subscriptions (gRPC allows one sender at a time).
@@ -201,10 +201,10 @@ func NewClient(cfg Config) (*Client, error) {
 		target:  "passthrough:///" + hostport,
 		acked:   make(map[string]bool),
 		ready:   make(chan struct{}),
-		held:    make(map[string]map[string]string),
+		held:    make(map[string]*versionTable),
 	}
 	for _, t := range subscribedTypes {
-		c.held[t] = make(map[string]string)
+		c.held[t] = newVersionTable()
 		if !cfg.onDemandType(t) {
 			c.wildcard = append(c.wildcard, t)
 		}
@@ -478,9 +478,9 @@ func (c *Client) initialRequests(send func(*discoveryv3.DeltaDiscoveryRequest) e
 	reqs := make([]*discoveryv3.DeltaDiscoveryRequest, 0, len(subscribedTypes))
 	for _, t := range subscribedTypes {
 		req := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: t, Node: node}
-		if held := c.held[t]; len(held) > 0 {
-			req.InitialResourceVersions = make(map[string]string, len(held))
-			for name, v := range held {
+		if held := c.held[t]; held.Len() > 0 {
+			req.InitialResourceVersions = make(map[string]string, held.Len())
+			for name, v := range held.All() {
 				req.InitialResourceVersions[name] = v
 			}
 		}

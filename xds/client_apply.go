@@ -123,32 +123,34 @@ func nackMessage(rejects []rejection) string {
 }
 
 // newNames counts the resources of ok that held has no version of, all of
-// them and the workloads among them: the room the version table and the
-// store's workload tables need (an update takes the slot it had).
-func newNames(held map[string]string, ok []decoded) (all, workloads int) {
+// them and the workloads among them, and the bytes of their names and
+// versions: the room the version table and the store's workload tables
+// need (an update takes the slot it had).
+func newNames(held *versionTable, ok []decoded) (all, workloads, size int) {
 	for _, d := range ok {
-		if _, seen := held[d.name]; !seen {
+		if !held.Has(d.name) {
 			all++
+			size += len(d.name) + len(d.version)
 			if d.w != nil {
 				workloads++
 			}
 		}
 	}
-	return all, workloads
+	return all, workloads, size
 }
 
 // apply inserts ok and removes removed in one batch (removals first, so a
 // name both removed and sent ends up present), then brings held up to date.
 // Only names in held are removed from the store. It returns rejects extended with the resources the store refused.
-func (c *Client) apply(typeURL string, held map[string]string, ok []decoded, removed []string, rejects []rejection) []rejection {
+func (c *Client) apply(typeURL string, held *versionTable, ok []decoded, removed []string, rejects []rejection) []rejection {
 	refused := make([]bool, len(ok))
-	added, addedWorkloads := newNames(held, ok)
+	added, addedWorkloads, addedSize := newNames(held, ok)
 	c.cfg.Store.Update(func(b *state.Batch) {
 		if typeURL == AddressTypeURL {
 			b.Reserve(addedWorkloads)
 		}
 		for _, name := range removed {
-			if _, ours := held[name]; !ours {
+			if !held.Has(name) {
 				// Never received, or put there by another source (the
 				// local config): not ours to remove (TESTPLAN 45).
 				continue
@@ -181,21 +183,15 @@ func (c *Client) apply(typeURL string, held map[string]string, ok []decoded, rem
 		}
 	})
 	for _, name := range removed {
-		delete(held, name)
+		held.Delete(name)
 	}
-	if added > len(held)/8 && added >= relaxGCMin {
+	if added > held.Len()/8 && added >= relaxGCMin {
 		// Sized once for a large push, rather than grown step by step.
-		// held is the map of c.held, so it is replaced there.
-		grown := make(map[string]string, len(held)+added)
-		for k, v := range held {
-			grown[k] = v
-		}
-		held = grown
-		c.held[typeURL] = held
+		held.Grow(added, addedSize)
 	}
 	for i, d := range ok {
 		if !refused[i] {
-			held[d.name] = d.version
+			held.Set(d.name, d.version)
 		}
 	}
 	return rejects

@@ -365,8 +365,9 @@ func TestHelperProber(t *testing.T) {
 }
 
 // BenchmarkStoreMark100k measures what a 100,000-workload store (the push
-// of BenchmarkApplyPush100k, applied) costs every garbage collection once
-// it is live: each iteration is one forced collection; mark-ms/gc is the
+// of BenchmarkApplyPush100k, applied) and the client's table of the
+// versions it holds cost every garbage collection once they are live
+// (before 2026-12-02 17:00 UTC the client was left out): each iteration is one forced collection; mark-ms/gc is the
 // mark CPU it took (assists and background workers, from runtime/metrics)
 // and heap-MB the live heap after it. The push stall of gozt bench's
 // xds-push scenario is mostly this work competing with the data path for
@@ -380,7 +381,7 @@ func BenchmarkStoreMark100k(b *testing.B) {
 	if req, ack := c.handleResponse(reusable(benchPush(b, 100_000, 10_000)), nil); !ack {
 		b.Fatalf("NACK: %s", req.GetErrorDetail().GetMessage())
 	}
-	gctest.ReportMarkCPU(b, st)
+	gctest.ReportMarkCPU(b, []any{st, c})
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	b.ReportMetric(float64(ms.HeapAlloc)/1e6, "heap-MB")

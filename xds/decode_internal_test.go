@@ -161,7 +161,7 @@ func TestHandleResponseConsumesAndAppliesOnce(t *testing.T) {
 	if got := len(st.Snapshot().Workloads()); got != n-1 {
 		t.Errorf("store holds %d workloads, want %d", got, n-1)
 	}
-	if got := len(c.held[AddressTypeURL]); got != n-1 {
+	if got := c.held[AddressTypeURL].Len(); got != n-1 {
 		t.Errorf("client lists %d held resources, want %d", got, n-1)
 	}
 	for i, r := range resp.GetResources() {
