@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net/netip"
 	"slices"
@@ -285,6 +286,33 @@ func TestPickEndpointWeights(t *testing.T) {
 	// Binomial(4000, 1/4): mean 1000, sd 27; ±4 sd.
 	if counts[1] < 890 || counts[1] > 1110 || counts[1]+counts[3] != n {
 		t.Errorf("capacity 1 vs 3 picked %d and %d times of %d; want about 1000 and 3000", counts[1], counts[3], n)
+	}
+}
+
+// TestPickEndpointAllocs: load balancing, done for every connection to a
+// service, allocates nothing (its two walks over the service's EndpointSet
+// and the uid lookups included).
+func TestPickEndpointAllocs(t *testing.T) {
+	st := state.NewStore(state.Config{})
+	st.Update(func(b *state.Batch) {
+		for i := range 8 {
+			b.InsertWorkload(&state.Workload{UID: fmt.Sprintf("c//Pod/ns/w%d", i), Name: "w", Namespace: "ns",
+				Addresses: []netip.Addr{netip.AddrFrom4([4]byte{10, 0, 1, byte(i + 1)})}, Protocol: state.TunnelHBONE,
+				Services: map[string]state.PortMap{"ns/s": {80: 8080}}})
+		}
+		b.InsertService(&state.Service{Name: "s", Namespace: "ns", Hostname: "s",
+			VIPs: []state.NetworkAddress{{Address: ip("10.96.2.1")}}, Ports: state.PortMap{80: 80}})
+	})
+	snap := st.Snapshot()
+	svc := snap.ServiceByKey("ns/s")
+	src := snap.WorkloadByUID("c//Pod/ns/w0")
+	r := router{snap: snap, rand: func(total uint64) uint64 { return total - 1 }}
+	if n := testing.AllocsPerRun(100, func() {
+		if _, port, ok := r.pickEndpoint(svc, 80, src); !ok || port != 8080 {
+			t.Fatalf("pickEndpoint: port %d, %v", port, ok)
+		}
+	}); n != 0 {
+		t.Fatalf("pickEndpoint allocates %v times per call", n)
 	}
 }
 
