@@ -22,8 +22,8 @@ var allowed = map[string][]string{
 	"certs/localca":             {"certs", "certs/identity"},
 	"certs/istioca/istiocatest": {"certs", "certs/identity", "certs/localca", "certs/istioca"},
 	"certs/certstest":           {},
-	"proxy/state":               {"rbac", "certs/identity"},
-	"xds":                       {"proxy/state", "rbac", "certs/identity", "istiod"},
+	"proxy/state":               {"rbac", "certs/identity", "internal/hashindex"},
+	"xds":                       {"proxy/state", "rbac", "certs/identity", "istiod", "internal/hashindex"},
 	"xds/xdsserver":             {"xds"},
 	"xds/xdstest":               {"xds", "xds/xdsserver"},
 	"hbone":                     {"certs", "certs/identity", "internal/workers"},
@@ -50,6 +50,7 @@ var allowed = map[string][]string{
 	"internal/dnstest":   {},
 	"internal/workers":   {},
 	"internal/gctest":    {},
+	"internal/hashindex": {},
 }
 
 // stdlibOnly packages may import nothing outside the standard library, except

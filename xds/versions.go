@@ -3,6 +3,8 @@ package xds
 import (
 	"hash/maphash"
 	"iter"
+
+	"github.com/gozt/gozt/internal/hashindex"
 )
 
 // versionSeed seeds versionHash.
@@ -17,17 +19,14 @@ var versionHash = func(name string) uint64 { return maphash.String(versionSeed, 
 //
 // It holds no pointer per resource: names and versions are bytes of one
 // buffer, entries are offsets into it, and the index is keyed by a 64-bit
-// hash of the name, so a garbage collection marks a few objects instead of
-// a map of 100,000 string pairs (as map[string]string the table cost each
-// collection about 6 ms of mark CPU for a 100,000-workload push on the
-// 2026-12-02 test machine, a quarter of the store's). A hash that two held
-// names have shared maps to -1 in idx, and their entries are in shared, by
-// name; it stays so after removals (64-bit collisions are too rare to add
-// up). Removed entries leave their bytes unused until more than half of the
+// hash of the name (internal/hashindex), so a garbage collection marks a
+// few objects instead of a map of 100,000 string pairs (as
+// map[string]string the table cost each collection about 3 ms more mark
+// CPU, BenchmarkVersionTableMark100k on the 2026-12-02 test machine).
+// Removed entries leave their bytes unused until more than half of the
 // buffer is unused, and then the buffer is rebuilt.
 type versionTable struct {
-	idx    map[uint64]int32
-	shared map[string]int32
+	idx    hashindex.Index
 	ents   []versionEntry // the free ones (not used) are listed in free
 	free   []int32
 	buf    []byte
@@ -43,7 +42,7 @@ type versionEntry struct {
 }
 
 func newVersionTable() *versionTable {
-	return &versionTable{idx: map[uint64]int32{}, shared: map[string]int32{}}
+	return &versionTable{idx: hashindex.New(versionHash)}
 }
 
 func (t *versionTable) str(s span) string { return string(t.buf[s.off : s.off+s.n]) }
@@ -56,31 +55,18 @@ func (t *versionTable) is(s span, v string) bool {
 func (t *versionTable) Len() int { return len(t.ents) - len(t.free) }
 
 // find returns name's entry; false if it has none.
-func (t *versionTable) find(name string) (int32, bool) {
-	i, ok := t.idx[versionHash(name)]
-	switch {
-	case !ok:
-		return 0, false
-	case i < 0:
-		i, ok = t.shared[name]
-		return i, ok
-	}
-	return i, t.is(t.ents[i].name, name)
-}
+func (t *versionTable) find(name string) (int32, bool) { return t.idx.Get(name, t.holdsName) }
+
+// nameAt returns the name of entry i, in a new string.
+func (t *versionTable) nameAt(i int32) string { return t.str(t.ents[i].name) }
+
+// holdsName reports whether entry i is name's.
+func (t *versionTable) holdsName(i int32, name string) bool { return t.is(t.ents[i].name, name) }
 
 // Has reports whether name is held.
 func (t *versionTable) Has(name string) bool {
 	_, ok := t.find(name)
 	return ok
-}
-
-// Version returns name's version; false if name is not held.
-func (t *versionTable) Version(name string) (string, bool) {
-	i, ok := t.find(name)
-	if !ok {
-		return "", false
-	}
-	return t.str(t.ents[i].version), true
 }
 
 // Grow makes room for n more names of size bytes with their versions.
@@ -93,11 +79,7 @@ func (t *versionTable) Grow(n, size int) {
 	if n <= len(t.free) {
 		return
 	}
-	idx := make(map[uint64]int32, len(t.idx)+n)
-	for h, i := range t.idx {
-		idx[h] = i
-	}
-	t.idx = idx
+	t.idx = t.idx.Clone(n)
 	ents := make([]versionEntry, len(t.ents), len(t.ents)+n)
 	copy(ents, t.ents)
 	t.ents = ents
@@ -138,22 +120,7 @@ func (t *versionTable) Set(name, version string) {
 	}
 	nameSpan := t.add(name, span{})
 	t.ents[i] = versionEntry{name: nameSpan, version: t.add(version, last), used: true}
-	t.index(name, i)
-}
-
-// index adds name's entry i to the index.
-func (t *versionTable) index(name string, i int32) {
-	h := versionHash(name)
-	cur, ok := t.idx[h]
-	if !ok {
-		t.idx[h] = i
-		return
-	}
-	if cur >= 0 { // the first collision on h: its name moves to shared
-		t.shared[t.str(t.ents[cur].name)] = cur
-		t.idx[h] = -1
-	}
-	t.shared[name] = i
+	t.idx.Add(name, i, t.nameAt)
 }
 
 // Delete removes name, if held.
@@ -162,12 +129,7 @@ func (t *versionTable) Delete(name string) {
 	if !ok {
 		return
 	}
-	h := versionHash(name)
-	if t.idx[h] >= 0 {
-		delete(t.idx, h)
-	} else {
-		delete(t.shared, name)
-	}
+	t.idx.Delete(name)
 	e := t.ents[i]
 	// A version shared with the next entry is counted as unused too: the
 	// count only decides when to rebuild, which recounts.

@@ -27,7 +27,7 @@ type Batch struct {
 
 	ownWorkloads, ownByIP, ownByName, ownServices, ownByVIP, ownByHostname bool
 	ownPolicies, ownNSPolicies, ownMembers                                 bool
-	ownFree, ownByIPMore, ownNetIDs, ownByNameMore, ownUIDShared           bool
+	ownFree, ownByIPMore, ownNetIDs, ownByNameMore                         bool
 
 	chWorkloads map[string]bool // uids changed in this batch
 	chPolicies  map[string]bool // policy keys changed in this batch
@@ -155,7 +155,7 @@ func (b *Batch) Reset() {
 	b.next = fresh
 	b.ownWorkloads, b.ownByIP, b.ownByName, b.ownServices, b.ownByVIP = true, true, true, true, true
 	b.ownByHostname, b.ownPolicies, b.ownNSPolicies, b.ownMembers = true, true, true, true
-	b.ownFree, b.ownByIPMore, b.ownNetIDs, b.ownByNameMore, b.ownUIDShared = true, true, true, true, true
+	b.ownFree, b.ownByIPMore, b.ownNetIDs, b.ownByNameMore = true, true, true, true
 	clear(b.thawed)
 	clear(b.fresh)
 	clear(b.dirty)
@@ -206,7 +206,7 @@ func (b *Batch) insertWorkload(w *Workload, adopt bool) error {
 	b.ownWorkloadTable()
 	if !had {
 		slot = b.takeSlot()
-		b.addUID(wc.UID, slot)
+		b.next.byUID.Add(wc.UID, slot, b.next.uidAt)
 	}
 	b.next.slots[slot] = wc
 	b.reindexWorkloadIPs(old, wc)
@@ -227,7 +227,7 @@ func (b *Batch) RemoveWorkload(uid string) bool {
 	}
 	old := b.next.slots[slot]
 	b.ownWorkloadTable()
-	b.removeUID(uid)
+	b.next.byUID.Delete(uid)
 	b.next.slots[slot] = nil
 	b.ownFreeList()
 	b.next.free = append(b.next.free, slot)
@@ -352,49 +352,12 @@ func (b *Batch) Snapshot() *Snapshot {
 // ownWorkloadTable gives the batch its own uid table and slots.
 func (b *Batch) ownWorkloadTable() {
 	if !b.ownWorkloads {
-		b.next.byUID.one = cloneFor(b.next.byUID.one, b.reserve)
+		b.next.byUID = b.next.byUID.Clone(b.reserve)
 		slots := make([]*Workload, len(b.next.slots), len(b.next.slots)+b.reserve)
 		copy(slots, b.next.slots)
 		b.next.slots = slots
 		b.ownWorkloads = true
 	}
-}
-
-// addUID indexes a new workload's uid at slot. The batch owns the uid
-// table.
-func (b *Batch) addUID(uid string, slot int32) {
-	x := &b.next.byUID
-	h := uidHash(uid)
-	cur, ok := x.one[h]
-	if !ok {
-		x.one[h] = slot
-		return
-	}
-	shared := b.uidShared()
-	if cur >= 0 { // the first collision on h: its uid moves to shared
-		shared[b.next.slots[cur].UID] = cur
-		x.one[h] = -1
-	}
-	shared[uid] = slot
-}
-
-// removeUID removes uid from the uid table, which the batch owns.
-func (b *Batch) removeUID(uid string) {
-	h := uidHash(uid)
-	if b.next.byUID.one[h] >= 0 {
-		delete(b.next.byUID.one, h)
-		return
-	}
-	delete(b.uidShared(), uid)
-}
-
-// uidShared returns byUID.shared, copied before the batch's first change.
-func (b *Batch) uidShared() map[string]int32 {
-	if !b.ownUIDShared {
-		b.next.byUID.shared = maps.Clone(b.next.byUID.shared)
-		b.ownUIDShared = true
-	}
-	return b.next.byUID.shared
 }
 
 // takeSlot returns a free slot for a new workload: a freed one, or a new

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 
+	"github.com/gozt/gozt/internal/hashindex"
 	"github.com/gozt/gozt/rbac"
 )
 
@@ -48,25 +49,10 @@ var nameHash = func(namespace, name string) uint64 {
 // uidSeed seeds uidHash.
 var uidSeed = maphash.MakeSeed()
 
-// uidHash keys byUID's main table. Tests replace it to make uids collide.
+// uidHash keys byUID (keyed by the uid strings, the table cost a
+// 100,000-workload store about 4 ms of mark CPU per collection,
+// BenchmarkStoreMark100k). Tests replace it to make uids collide.
 var uidHash = func(uid string) uint64 { return maphash.String(uidSeed, uid) }
-
-// uidIndex maps each workload's uid to its slot. Its main table, one, is
-// keyed by uidHash and holds no pointer, so a garbage collection skips it
-// (keyed by the uid strings, the table cost a 100,000-workload store about
-// 4 ms of mark CPU per collection, BenchmarkStoreMark100k). A hash that two
-// stored uids have shared maps to -1 in one, and the slots of the uids
-// with that hash are in shared, keyed by uid. A hash stays at -1 when
-// removals leave fewer than two uids with it: shared still answers for
-// them, and 64-bit collisions are too rare for the entries to add up.
-type uidIndex struct {
-	one    map[uint64]int32
-	shared map[string]int32
-}
-
-func newUIDIndex() uidIndex {
-	return uidIndex{one: map[uint64]int32{}, shared: map[string]int32{}}
-}
 
 // cidrEntry is one CIDR VIP of a service.
 type cidrEntry struct {
@@ -102,7 +88,7 @@ type Snapshot struct {
 	// listed in free); byUID maps a uid to its slot.
 	slots []*Workload
 	free  []int32
-	byUID uidIndex
+	byUID hashindex.Index
 	// byIP indexes addresses, each list ordered by preference; netIDs
 	// numbers the networks seen from 1, for ipSlot (0 is the default
 	// network, ""). byName indexes nameHash(namespace, name), each list
@@ -143,7 +129,7 @@ func (s *Snapshot) Changes() Changes { return s.changes }
 
 func emptySnapshot() *Snapshot {
 	return &Snapshot{
-		byUID:      newUIDIndex(),
+		byUID:      hashindex.New(uidHash),
 		byIP:       newSlotIndex[ipSlot](),
 		netIDs:     map[string]uint32{},
 		byName:     newSlotIndex[uint64](),
@@ -198,17 +184,13 @@ func (s *Snapshot) WorkloadByUID(uid string) *Workload {
 
 // slotOf returns the slot of the workload with the given uid; false if
 // there is none.
-func (s *Snapshot) slotOf(uid string) (int32, bool) {
-	slot, ok := s.byUID.one[uidHash(uid)]
-	switch {
-	case !ok:
-		return 0, false
-	case slot < 0:
-		slot, ok = s.byUID.shared[uid]
-		return slot, ok
-	}
-	return slot, s.slots[slot].UID == uid
-}
+func (s *Snapshot) slotOf(uid string) (int32, bool) { return s.byUID.Get(uid, s.holdsUID) }
+
+// uidAt returns the uid of the workload at slot.
+func (s *Snapshot) uidAt(slot int32) string { return s.slots[slot].UID }
+
+// holdsUID reports whether the workload at slot has the given uid.
+func (s *Snapshot) holdsUID(slot int32, uid string) bool { return s.slots[slot].UID == uid }
 
 // numWorkloads returns the number of workloads: the slots not free.
 func (s *Snapshot) numWorkloads() int { return len(s.slots) - len(s.free) }
