@@ -666,7 +666,7 @@ func (b *Batch) freezeMembers() {
 		if len(m) == 0 {
 			delete(b.next.members, key)
 		} else {
-			b.next.members[key] = freezeEndpoints(m, nil)
+			b.next.members[key] = freezeEndpoints(m)
 		}
 	}
 	clear(b.thawed)
@@ -702,7 +702,7 @@ func (b *Batch) refreshService(key string) {
 func admittedEndpoints(svc *Service, eps EndpointSet) EndpointSet {
 	for _, ep := range eps.All() {
 		if !svc.admits(ep.Status) {
-			return freezeEndpoints(eps.Map(), func(ep Endpoint) bool { return svc.admits(ep.Status) })
+			return eps.filter(func(ep Endpoint) bool { return svc.admits(ep.Status) })
 		}
 	}
 	return eps

@@ -44,34 +44,51 @@ func NewEndpointSet(eps ...Endpoint) EndpointSet {
 	for _, ep := range eps {
 		m[ep.WorkloadUID] = ep
 	}
-	return freezeEndpoints(m, nil)
+	return freezeEndpoints(m)
 }
 
-// freezeEndpoints returns the set of m's endpoints (keyed by uid) that keep
-// accepts (all of them if keep is nil).
-func freezeEndpoints(m map[string]Endpoint, keep func(Endpoint) bool) EndpointSet {
-	uids := make([]string, 0, len(m))
-	size := 0
-	for uid, ep := range m {
-		if keep == nil || keep(ep) {
-			uids = append(uids, uid)
-			size += len(uid)
+// freezeEndpoints returns the set of m's endpoints (keyed by uid).
+func freezeEndpoints(m map[string]Endpoint) EndpointSet {
+	uids := slices.Sorted(maps.Keys(m))
+	var b endpointBuilder
+	b.grow(len(uids))
+	for _, uid := range uids {
+		b.add(uid, m[uid])
+	}
+	return b.set()
+}
+
+// filter returns the set of e's endpoints that keep accepts.
+func (e EndpointSet) filter(keep func(Endpoint) bool) EndpointSet {
+	var b endpointBuilder
+	for uid, ep := range e.All() {
+		if keep(ep) {
+			b.add(uid, ep)
 		}
 	}
-	if len(uids) == 0 {
+	return b.set()
+}
+
+// endpointBuilder builds a set from endpoints added in uid order.
+type endpointBuilder struct {
+	t    endpointTable
+	uids strings.Builder
+}
+
+func (b *endpointBuilder) grow(n int) { b.t.ents = make([]endpointEntry, 0, n) }
+
+func (b *endpointBuilder) add(uid string, ep Endpoint) {
+	b.t.ents = append(b.t.ents, endpointEntry{off: uint32(b.uids.Len()), n: uint32(len(uid)), ports: b.t.portsIndex(ep.Ports), status: ep.Status})
+	b.uids.WriteString(uid)
+}
+
+func (b *endpointBuilder) set() EndpointSet {
+	if len(b.t.ents) == 0 {
 		return EndpointSet{}
 	}
-	slices.Sort(uids)
-	t := &endpointTable{ents: make([]endpointEntry, len(uids))}
-	var sb strings.Builder
-	sb.Grow(size)
-	for i, uid := range uids {
-		ep := m[uid]
-		t.ents[i] = endpointEntry{off: uint32(sb.Len()), n: uint32(len(uid)), ports: t.portsIndex(ep.Ports), status: ep.Status}
-		sb.WriteString(uid)
-	}
-	t.uids = sb.String()
-	return EndpointSet{t}
+	t := b.t
+	t.uids = b.uids.String()
+	return EndpointSet{&t}
 }
 
 // maxPortsSearch bounds how many of a set's distinct port maps a new entry
