@@ -49,9 +49,15 @@ func NewEndpointSet(eps ...Endpoint) EndpointSet {
 
 // freezeEndpoints returns the set of m's endpoints (keyed by uid).
 func freezeEndpoints(m map[string]Endpoint) EndpointSet {
-	uids := slices.Sorted(maps.Keys(m))
+	uids := make([]string, 0, len(m))
+	size := 0
+	for uid := range m {
+		uids = append(uids, uid)
+		size += len(uid)
+	}
+	slices.Sort(uids)
 	var b endpointBuilder
-	b.grow(len(uids))
+	b.grow(len(uids), size)
 	for _, uid := range uids {
 		b.add(uid, m[uid])
 	}
@@ -60,7 +66,11 @@ func freezeEndpoints(m map[string]Endpoint) EndpointSet {
 
 // filter returns the set of e's endpoints that keep accepts.
 func (e EndpointSet) filter(keep func(Endpoint) bool) EndpointSet {
+	if e.t == nil {
+		return e
+	}
 	var b endpointBuilder
+	b.grow(e.Len(), len(e.t.uids))
 	for uid, ep := range e.All() {
 		if keep(ep) {
 			b.add(uid, ep)
@@ -75,7 +85,11 @@ type endpointBuilder struct {
 	uids strings.Builder
 }
 
-func (b *endpointBuilder) grow(n int) { b.t.ents = make([]endpointEntry, 0, n) }
+// grow makes room for n endpoints whose uids have size bytes.
+func (b *endpointBuilder) grow(n, size int) {
+	b.t.ents = make([]endpointEntry, 0, n)
+	b.uids.Grow(size)
+}
 
 func (b *endpointBuilder) add(uid string, ep Endpoint) {
 	b.t.ents = append(b.t.ents, endpointEntry{off: uint32(b.uids.Len()), n: uint32(len(uid)), ports: b.t.portsIndex(ep.Ports), status: ep.Status})
