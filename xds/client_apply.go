@@ -166,14 +166,13 @@ func (c *Client) apply(typeURL string, held *versionTable, ok []decoded, removed
 			var err error
 			switch {
 			case d.w != nil:
-				// Made by the decoder for the store alone.
-				err = b.AdoptWorkload(d.w)
+				err = b.InsertWorkload(d.w)
 			case d.s != nil:
 				err = b.InsertService(d.s)
 			default:
 				err = b.InsertPolicy(d.p)
 			}
-			// The store holds its own copy (or the policy itself) now:
+			// The store holds its own record (or the policy itself) now:
 			// drop ours, so that it can be reclaimed during the push.
 			ok[i].w, ok[i].s, ok[i].p = nil, nil, nil
 			if err != nil {

@@ -2,7 +2,6 @@ package state
 
 import (
 	"cmp"
-	"iter"
 	"maps"
 	"net/netip"
 	"slices"
@@ -59,6 +58,16 @@ type Batch struct {
 	// reserve is the number of workloads the caller expects to insert
 	// (Reserve): the workload tables are copied with room for them.
 	reserve int
+
+	// Scratch space reused by every workload change: the new record is
+	// encoded in enc (its shared entry found through interner), the replaced or removed
+	// workload decoded into old (its addresses in oldAddrs), and index
+	// lists gathered in lists.
+	enc      []byte
+	interner interner
+	old      Workload
+	oldAddrs []netip.Addr
+	lists    [2][]int32
 }
 
 func newBatch(base *Snapshot) *Batch {
@@ -94,6 +103,11 @@ func (b *Batch) commit() *Snapshot {
 		b.refreshService(key)
 	}
 	b.flushPolicyIndex()
+	if b.next.wt.shouldCompact() {
+		b.ownWorkloadTable()
+		b.next.wt.compact(b.next.recs)
+	}
+	b.next.shared = b.next.wt.ents
 	b.next.gen = b.base.gen + 1
 	b.next.changes = Changes{
 		Reset:     b.reset,
@@ -152,6 +166,7 @@ func (b *Batch) Reset() {
 	b.checkOpen()
 	fresh := emptySnapshot()
 	fresh.gen = b.base.gen
+	fresh.wt, fresh.shared = b.base.wt, b.base.shared // entries stay valid, and the cache
 	b.next = fresh
 	b.ownWorkloads, b.ownByIP, b.ownByName, b.ownServices, b.ownByVIP = true, true, true, true, true
 	b.ownByHostname, b.ownPolicies, b.ownNSPolicies, b.ownMembers = true, true, true, true
@@ -170,51 +185,59 @@ func (b *Batch) Reset() {
 
 // InsertWorkload adds w, replacing any workload with the same uid, and
 // updates the endpoints of the services it names. It returns an error, and
-// changes nothing, if w is invalid. The store keeps its own copy of w with
-// addresses normalised (Unmap); w's maps and slices are shared, so the
-// caller must not modify them afterwards.
+// changes nothing, if w is invalid. The store keeps w's fields in a record
+// of its own (addresses normalised with Unmap), except its services,
+// policies, gateways and application tunnel, which it shares with every
+// workload that has the same ones: the caller must not modify those
+// afterwards.
 func (b *Batch) InsertWorkload(w *Workload) error {
-	return b.insertWorkload(w, false)
-}
-
-// AdoptWorkload is InsertWorkload for a workload made for the store alone
-// (the xDS decoder's): the store keeps w itself, with its addresses
-// normalised in place, rather than a copy, so the caller must neither use
-// nor modify w afterwards. w's maps, slices and gateways may be shared with
-// other workloads; none of them is modified. If w is invalid it returns an
-// error and w is unchanged.
-func (b *Batch) AdoptWorkload(w *Workload) error {
-	return b.insertWorkload(w, true)
-}
-
-func (b *Batch) insertWorkload(w *Workload, adopt bool) error {
 	b.checkOpen()
 	if err := validateWorkload(w); err != nil {
 		return err
 	}
-	var wc *Workload
-	if adopt {
-		wc = normalizeWorkloadInPlace(w)
-	} else {
+	wc := w
+	if needsNormalizing(w) {
 		wc = normalizeWorkload(w)
 	}
+	sh := b.next.wt.intern(wc, &b.interner)
+	b.next.shared = b.next.wt.ents // so that Batch.Snapshot's view can build it
+	b.enc = appendRecord(b.enc[:0], wc, sh)
 	slot, had := b.next.slotOf(wc.UID)
 	var old *Workload
-	if had {
-		old = b.next.slots[slot]
-	}
 	b.ownWorkloadTable()
-	if !had {
+	if had {
+		prev := b.next.recs[slot]
+		if prev == string(b.enc) {
+			// The same workload: nothing to index, and the record (with
+			// the cache's workload built from it) stays.
+			b.chWorkloads[recUIDOf(prev)] = true
+			b.changed = true
+			return nil
+		}
+		old = b.decodeOld(prev)
+	} else {
 		slot = b.takeSlot()
-		b.next.byUID.Add(wc.UID, slot, b.next.uidAt)
 	}
-	b.next.slots[slot] = wc
-	b.reindexWorkloadIPs(old, wc)
-	b.reindexWorkloadName(old, wc)
-	b.updateEndpoints(old, wc)
-	b.chWorkloads[wc.UID] = true
+	rec := string(b.enc)
+	b.next.recs[slot] = rec
+	uid := recUIDOf(rec)
+	if !had {
+		b.next.byUID.Add(uid, slot, b.next.uidAt)
+	}
+	b.reindexWorkloadIPs(slot, old, wc)
+	b.reindexWorkloadName(slot, old, wc)
+	b.updateEndpoints(old, wc, uid)
+	b.chWorkloads[uid] = true
 	b.changed = true
 	return nil
+}
+
+// decodeOld decodes rec, a stored record about to be replaced or removed,
+// into the batch's scratch workload and returns it (valid until the next
+// call).
+func (b *Batch) decodeOld(rec string) *Workload {
+	b.oldAddrs = decodeRecord(rec, &b.next.wt.ents[recSharedOf(rec)], &b.old, b.oldAddrs)
+	return &b.old
 }
 
 // RemoveWorkload removes the workload with the given uid and its endpoints.
@@ -225,16 +248,18 @@ func (b *Batch) RemoveWorkload(uid string) bool {
 	if !had {
 		return false
 	}
-	old := b.next.slots[slot]
+	old := b.decodeOld(b.next.recs[slot])
 	b.ownWorkloadTable()
 	b.next.byUID.Delete(uid)
-	b.next.slots[slot] = nil
+	b.next.recs[slot] = ""
 	b.ownFreeList()
 	b.next.free = append(b.next.free, slot)
-	b.reindexWorkloadIPs(old, nil)
-	b.reindexWorkloadName(old, nil)
-	b.updateEndpoints(old, nil)
-	b.chWorkloads[uid] = true
+	b.reindexWorkloadIPs(slot, old, nil)
+	b.reindexWorkloadName(slot, old, nil)
+	b.updateEndpoints(old, nil, old.UID)
+	// A copy: the removed record's own uid would keep the record alive as
+	// long as the snapshot's Changes.
+	b.chWorkloads[strings.Clone(old.UID)] = true
 	b.changed = true
 	return true
 }
@@ -344,18 +369,19 @@ func (b *Batch) Remove(name string) bool {
 func (b *Batch) Snapshot() *Snapshot {
 	b.checkOpen()
 	b.flushPolicyIndex()
+	b.next.shared = b.next.wt.ents
 	return b.next
 }
 
 // --- workloads ---
 
-// ownWorkloadTable gives the batch its own uid table and slots.
+// ownWorkloadTable gives the batch its own uid table and records.
 func (b *Batch) ownWorkloadTable() {
 	if !b.ownWorkloads {
 		b.next.byUID = b.next.byUID.Clone(b.reserve)
-		slots := make([]*Workload, len(b.next.slots), len(b.next.slots)+b.reserve)
-		copy(slots, b.next.slots)
-		b.next.slots = slots
+		recs := make([]string, len(b.next.recs), len(b.next.recs)+b.reserve)
+		copy(recs, b.next.recs)
+		b.next.recs = recs
 		b.ownWorkloads = true
 	}
 }
@@ -369,8 +395,8 @@ func (b *Batch) takeSlot() int32 {
 		b.next.free = b.next.free[:n-1]
 		return slot
 	}
-	b.next.slots = append(b.next.slots, nil)
-	return int32(len(b.next.slots) - 1)
+	b.next.recs = append(b.next.recs, "")
+	return int32(len(b.next.recs) - 1)
 }
 
 // ownFreeList gives the batch its own free list.
@@ -381,9 +407,8 @@ func (b *Batch) ownFreeList() {
 	}
 }
 
-// ipRank orders workloads sharing an IP (SPEC §3.4): lower is preferred.
-func ipRank(w *Workload) int {
-	pod, hbone := w.IsPod(), w.Protocol == TunnelHBONE
+// ipRankOf orders workloads sharing an IP (SPEC §3.4): lower is preferred.
+func ipRankOf(pod, hbone bool) int {
 	switch {
 	case pod && hbone:
 		return 0
@@ -395,17 +420,27 @@ func ipRank(w *Workload) int {
 	return 3
 }
 
-func compareByIPPreference(a, b *Workload) int {
-	if c := cmp.Compare(ipRank(a), ipRank(b)); c != 0 {
+// compareByIPPreference orders the slots of workloads sharing an IP by
+// preference, then uid.
+func (b *Batch) compareByIPPreference(x, y int32) int {
+	rx, ry := b.next.recs[x], b.next.recs[y]
+	if c := cmp.Compare(recIPRank(rx), recIPRank(ry)); c != 0 {
 		return c
 	}
-	return cmp.Compare(a.UID, b.UID)
+	return cmp.Compare(recUIDOf(rx), recUIDOf(ry))
+}
+
+// compareByUID orders slots by their workloads' uids.
+func (b *Batch) compareByUID(x, y int32) int {
+	return cmp.Compare(recUIDOf(b.next.recs[x]), recUIDOf(b.next.recs[y]))
 }
 
 // ipIndexed reports whether w is indexed by IP (HostNetwork workloads are not).
 func ipIndexed(w *Workload) bool { return w != nil && w.NetworkMode != NetworkHost }
 
-func (b *Batch) reindexWorkloadIPs(old, w *Workload) {
+// reindexWorkloadIPs replaces old with w (either may be nil), the
+// workload at slot, in the address index.
+func (b *Batch) reindexWorkloadIPs(slot int32, old, w *Workload) {
 	var buf [4]ipSlot // room for the usual few addresses, off the heap
 	keys := buf[:0]
 	if ipIndexed(old) {
@@ -431,7 +466,7 @@ func (b *Batch) reindexWorkloadIPs(old, w *Workload) {
 		if slices.Contains(keys[:i], k) {
 			continue
 		}
-		b.reindexIP(k, old, w, slices.Contains(wKeys, k))
+		b.reindexIP(k, slot, slices.Contains(wKeys, k))
 	}
 }
 
@@ -453,80 +488,88 @@ func (b *Batch) ipSlotFor(network string, a netip.Addr) ipSlot {
 	return ipSlot{id, a.Unmap().As16()}
 }
 
-// reindexIP rebuilds the list at k without old and with w (if hasW: w has
-// k).
-func (b *Batch) reindexIP(k ipSlot, old, w *Workload, hasW bool) {
-	var buf [4]*Workload
-	l := buf[:0]
-	for x := range b.next.byIP.list(k, b.next.slots).all() {
-		if x != old && (w == nil || x.UID != w.UID) {
-			l = append(l, x)
-		}
+// reindexIP rebuilds the list at k without slot, and with it if has (the
+// workload now at slot has k).
+func (b *Batch) reindexIP(k ipSlot, slot int32, has bool) {
+	l := b.without(b.next.byIP.slots(k, b.lists[0][:0]), slot)
+	if has {
+		l = append(l, slot)
 	}
-	if hasW {
-		l = append(l, w)
-	}
-	slices.SortFunc(l, compareByIPPreference)
-	b.next.byIP.set(k, l, b.next, &b.ownByIPMore)
+	slices.SortFunc(l, b.compareByIPPreference)
+	b.next.byIP.set(k, l, &b.ownByIPMore)
+	b.lists[0] = l
 }
 
-// reindexWorkloadName replaces old with w (either may be nil) in the name
-// index.
-func (b *Batch) reindexWorkloadName(old, w *Workload) {
+// without removes slot from l, in place.
+func (b *Batch) without(l []int32, slot int32) []int32 {
+	return slices.DeleteFunc(l, func(x int32) bool { return x == slot })
+}
+
+// reindexWorkloadName replaces old with w (either may be nil), the
+// workload at slot, in the name index.
+func (b *Batch) reindexWorkloadName(slot int32, old, w *Workload) {
 	if !b.ownByName {
 		b.next.byName.one = cloneFor(b.next.byName.one, b.reserve)
 		b.ownByName = true
 	}
-	var buf [4]*Workload
 	if old != nil {
 		h := nameHash(old.Namespace, old.Name)
-		l := buf[:0]
-		for x := range b.next.byName.list(h, b.next.slots).all() {
-			if x.UID != old.UID {
-				l = append(l, x)
-			}
-		}
-		b.next.byName.set(h, l, b.next, &b.ownByNameMore)
+		l := b.without(b.next.byName.slots(h, b.lists[0][:0]), slot)
+		b.next.byName.set(h, l, &b.ownByNameMore)
+		b.lists[0] = l
 	}
 	if w != nil {
 		h := nameHash(w.Namespace, w.Name)
-		l := append(b.next.byName.list(h, b.next.slots).appendTo(buf[:0]), w)
-		slices.SortFunc(l, func(a, b *Workload) int { return cmp.Compare(a.UID, b.UID) })
-		b.next.byName.set(h, l, b.next, &b.ownByNameMore)
+		l := append(b.without(b.next.byName.slots(h, b.lists[0][:0]), slot), slot)
+		slices.SortFunc(l, b.compareByUID)
+		b.next.byName.set(h, l, &b.ownByNameMore)
+		b.lists[0] = l
 	}
 }
 
 // slotIndex is a workload index whose table holds no pointer (byIP,
 // byName), so a garbage collection skips it: one maps a key to the slot of
-// its one workload, or to -1 when several have it; their list, in the
-// index's order, is in more. Like the rest of a snapshot, it is never
+// its one workload, or to -1 when several have it; their slots, in the
+// index's order, are in more. Like the rest of a snapshot, it is never
 // modified once published.
 type slotIndex[K comparable] struct {
 	one  map[K]int32
-	more map[K]wlist
+	more map[K][]int32
 }
 
 func newSlotIndex[K comparable]() slotIndex[K] {
-	return slotIndex[K]{one: map[K]int32{}, more: map[K]wlist{}}
+	return slotIndex[K]{one: map[K]int32{}, more: map[K][]int32{}}
 }
 
-// list returns the index's list at k; slots are the snapshot's.
-func (x *slotIndex[K]) list(k K, slots []*Workload) wlist {
+// first returns the slot of the first workload listed at k, or -1.
+func (x *slotIndex[K]) first(k K) int32 {
 	slot, ok := x.one[k]
 	switch {
 	case !ok:
-		return wlist{}
+		return -1
 	case slot < 0:
-		return x.more[k]
+		return x.more[k][0]
 	}
-	return wlist{first: slots[slot]}
+	return slot
 }
 
-// set makes l, in the index's order, its list at k; s (the batch's
-// snapshot) gives the slot of each listed workload. The batch owns x.one; ownMore is its flag
-// for x.more, which set copies before its first change.
-func (x *slotIndex[K]) set(k K, l []*Workload, s *Snapshot, ownMore *bool) {
-	ownedMore := func() map[K]wlist {
+// slots appends the slots listed at k, in order, to dst.
+func (x *slotIndex[K]) slots(k K, dst []int32) []int32 {
+	slot, ok := x.one[k]
+	switch {
+	case !ok:
+		return dst
+	case slot < 0:
+		return append(dst, x.more[k]...)
+	}
+	return append(dst, slot)
+}
+
+// set makes l, in the index's order, its list at k (l may be reused
+// afterwards). The batch owns x.one; ownMore is its flag for x.more, which
+// set copies before its first change.
+func (x *slotIndex[K]) set(k K, l []int32, ownMore *bool) {
+	ownedMore := func() map[K][]int32 {
 		if !*ownMore {
 			x.more = maps.Clone(x.more)
 			*ownMore = true
@@ -540,68 +583,18 @@ func (x *slotIndex[K]) set(k K, l []*Workload, s *Snapshot, ownMore *bool) {
 	case 0:
 		delete(x.one, k)
 	case 1:
-		x.one[k], _ = s.slotOf(l[0].UID)
+		x.one[k] = l[0]
 	default:
 		x.one[k] = -1
-		ownedMore()[k] = makeWlist(l)
+		ownedMore()[k] = slices.Clone(l)
 	}
-}
-
-// wlist is a list of workloads in an index's order: what slotIndex.list
-// returns, and what a slotIndex stores (in more) for a key that several
-// workloads share. The first is inline and the rare rest behind a pointer,
-// so a one-workload list costs no allocation. Like the rest of a snapshot,
-// a stored wlist is never modified.
-type wlist struct {
-	first *Workload    // nil for an empty list
-	more  *[]*Workload // the rest, after first; nil for one
-}
-
-// makeWlist returns the list of l's workloads; l may be reused afterwards.
-func makeWlist(l []*Workload) wlist {
-	switch len(l) {
-	case 0:
-		return wlist{}
-	case 1:
-		return wlist{first: l[0]}
-	}
-	more := slices.Clone(l[1:])
-	return wlist{first: l[0], more: &more}
-}
-
-// all yields the list's workloads in order.
-func (l wlist) all() iter.Seq[*Workload] {
-	return func(yield func(*Workload) bool) {
-		if l.first == nil || !yield(l.first) {
-			return
-		}
-		if l.more == nil {
-			return
-		}
-		for _, w := range *l.more {
-			if !yield(w) {
-				return
-			}
-		}
-	}
-}
-
-// appendTo appends the list's workloads to dst.
-func (l wlist) appendTo(dst []*Workload) []*Workload {
-	if l.first == nil {
-		return dst
-	}
-	dst = append(dst, l.first)
-	if l.more != nil {
-		dst = append(dst, *l.more...)
-	}
-	return dst
 }
 
 // --- endpoints ---
 
-// updateEndpoints replaces old's endpoints with w's (either may be nil).
-func (b *Batch) updateEndpoints(old, w *Workload) {
+// updateEndpoints replaces old's endpoints with w's (either may be nil);
+// uid is theirs, as the store keeps it.
+func (b *Batch) updateEndpoints(old, w *Workload, uid string) {
 	if old != nil {
 		for key := range old.Services {
 			if w != nil {
@@ -609,18 +602,18 @@ func (b *Batch) updateEndpoints(old, w *Workload) {
 					continue
 				}
 			}
-			b.deleteMember(key, old.UID)
+			b.deleteMember(key, uid)
 		}
 	}
 	if w == nil {
 		return
 	}
 	for key, ports := range w.Services {
-		ep := Endpoint{WorkloadUID: w.UID, Ports: ports, Status: w.Status}
-		if cur, ok := b.member(key, w.UID); ok && cur.Status == ep.Status && maps.Equal(cur.Ports, ep.Ports) {
+		ep := Endpoint{WorkloadUID: uid, Ports: ports, Status: w.Status}
+		if cur, ok := b.member(key, uid); ok && cur.Status == ep.Status && maps.Equal(cur.Ports, ep.Ports) {
 			continue
 		}
-		b.memberMap(key)[w.UID] = ep
+		b.memberMap(key)[uid] = ep
 		b.dirty[key] = true
 	}
 }

@@ -317,23 +317,32 @@ func TestFindWorkload(t *testing.T) {
 	}
 }
 
-// TestWlist: an index entry holds one workload inline and more in a slice
-// of its own, yields them in order, and keeps nothing of the slice it was
-// made from.
-func TestWlist(t *testing.T) {
-	a, b, c := pod("ns", "a", "10.0.0.1"), pod("ns", "b", "10.0.0.2"), pod("ns", "c", "10.0.0.3")
-	for _, want := range [][]*Workload{nil, {a}, {a, b, c}} {
+// TestSlotIndex: a key holds one slot inline and more in a slice of its
+// own, yields them in order, and keeps nothing of the slice it was set
+// from.
+func TestSlotIndex(t *testing.T) {
+	x := newSlotIndex[int]()
+	own := false
+	for k, want := range [][]int32{nil, {3}, {5, 1, 7}} {
 		src := slices.Clone(want)
-		l := makeWlist(src)
+		x.set(k, src, &own)
 		clear(src) // a caller's buffer, reused
-		if got := slices.Collect(l.all()); !slices.Equal(got, want) {
-			t.Errorf("all() = %v, want %v", got, want)
+		if got := x.slots(k, []int32{9}); !slices.Equal(got, append([]int32{9}, want...)) {
+			t.Errorf("slots(%d) = %v, want %v after the prefix", k, got, want)
 		}
-		if got := l.appendTo([]*Workload{c}); !slices.Equal(got, append([]*Workload{c}, want...)) {
-			t.Errorf("appendTo = %v, want %v after the prefix", got, want)
+		first := int32(-1)
+		if len(want) > 0 {
+			first = want[0]
 		}
-		if len(want) <= 1 && l.more != nil {
-			t.Errorf("a list of %d allocated a slice", len(want))
+		if got := x.first(k); got != first {
+			t.Errorf("first(%d) = %d, want %d", k, got, first)
 		}
+	}
+	if len(x.more) != 1 {
+		t.Errorf("more holds %d lists, want the one of three", len(x.more))
+	}
+	x.set(2, []int32{4}, &own)
+	if len(x.more) != 0 || x.first(2) != 4 {
+		t.Errorf("after shrinking to one: more holds %d lists, first = %d", len(x.more), x.first(2))
 	}
 }

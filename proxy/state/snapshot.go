@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 
+	"github.com/gozt/gozt/certs/identity"
 	"github.com/gozt/gozt/internal/hashindex"
 	"github.com/gozt/gozt/rbac"
 )
@@ -67,7 +68,15 @@ var _ rbac.SetSource = (*Snapshot)(nil)
 //
 // Invariants:
 //   - Nothing reachable from a published Snapshot is ever modified; a Batch
-//     copies every map or slice it changes (copy-on-write per batch).
+//     copies every map or slice it changes (copy-on-write per batch). The
+//     exceptions are the store's workloadTables (wt), shared by all its
+//     snapshots: later batches append shared entries past the end of this
+//     snapshot's slice of them (never over it) and change the writer's own
+//     fields, which no reader reads, and the cache of built workloads is
+//     replaced entry by entry (atomically; an entry is only ever used for
+//     the record it was built from).
+//   - Every workload is a record (record.go) in recs, whose shared index
+//     names an entry of shared.
 //   - byIP holds only Standard-network-mode workloads, each list ordered by
 //     preference (SPEC §3.4): Pod with HBONE, Pod, HBONE, any; then by uid.
 //   - byVIP and cidrs hold service keys, resolved through services, so a
@@ -84,11 +93,16 @@ var _ rbac.SetSource = (*Snapshot)(nil)
 //     key; nsPolicies has no entry for a namespace without policies.
 type Snapshot struct {
 	gen uint64
-	// slots holds every workload at its slot number (nil: a free slot,
-	// listed in free); byUID maps a uid to its slot.
-	slots []*Workload
-	free  []int32
-	byUID hashindex.Index
+	// recs holds every workload's record (record.go) at its slot number
+	// ("": a free slot, listed in free); byUID maps a uid to its slot.
+	// shared is the store's table of shared entries as it was when the
+	// snapshot was made (records name entries by index), and wt the
+	// store's tables, with the cache of built workloads.
+	recs   []string
+	free   []int32
+	byUID  hashindex.Index
+	shared []wshared
+	wt     *workloadTables
 	// byIP indexes addresses, each list ordered by preference; netIDs
 	// numbers the networks seen from 1, for ipSlot (0 is the default
 	// network, ""). byName indexes nameHash(namespace, name), each list
@@ -128,7 +142,10 @@ type Changes struct {
 func (s *Snapshot) Changes() Changes { return s.changes }
 
 func emptySnapshot() *Snapshot {
+	wt := newWorkloadTables()
 	return &Snapshot{
+		shared:     wt.ents,
+		wt:         wt,
 		byUID:      hashindex.New(uidHash),
 		byIP:       newSlotIndex[ipSlot](),
 		netIDs:     map[string]uint32{},
@@ -155,7 +172,7 @@ func (s *Snapshot) WorkloadByIP(network string, ip netip.Addr) *Workload {
 	if !ok {
 		return nil
 	}
-	return s.byIP.list(k, s.slots).first
+	return s.at(s.byIP.first(k))
 }
 
 // ipSlotOf returns byIP's key for ip on network; false if no workload can
@@ -177,9 +194,58 @@ func (s *Snapshot) ipSlotOf(network string, ip netip.Addr) (ipSlot, bool) {
 // WorkloadByUID returns the workload with the given uid, or nil.
 func (s *Snapshot) WorkloadByUID(uid string) *Workload {
 	if slot, ok := s.slotOf(uid); ok {
-		return s.slots[slot]
+		return s.at(slot)
 	}
 	return nil
+}
+
+// at returns the workload at slot (nil for a free slot, or slot -1): the
+// one the store's cache holds for the slot's record, or a new one built
+// from it, which then replaces the cache's. Records never change, so an
+// entry built from the same record is the same workload.
+func (s *Snapshot) at(slot int32) *Workload {
+	if slot < 0 {
+		return nil
+	}
+	rec := s.recs[slot]
+	if rec == "" {
+		return nil
+	}
+	e := &s.wt.cache[uint32(slot)%cacheSize]
+	if bw := e.Load(); bw != nil && sameString(bw.rec, rec) {
+		return &bw.Workload
+	}
+	bw := buildWorkload(rec, &s.shared[recSharedOf(rec)])
+	e.Store(bw)
+	return &bw.Workload
+}
+
+// WorkloadNames is what names a workload and its identity: what consumers
+// of a large change (OnUpdate after a push of 100,000 workloads) read of
+// each changed workload, which WorkloadNamesByUID gives without building
+// the whole workload.
+type WorkloadNames struct {
+	Namespace, Name, Node string
+	Identity              identity.Identity
+}
+
+// Names returns w's names and identity.
+func (w *Workload) Names() WorkloadNames {
+	return WorkloadNames{Namespace: w.Namespace, Name: w.Name, Node: w.Node, Identity: w.Identity()}
+}
+
+// WorkloadNamesByUID returns the names of the workload with the given uid,
+// as WorkloadByUID(uid).Names() would; false if there is none.
+func (s *Snapshot) WorkloadNamesByUID(uid string) (WorkloadNames, bool) {
+	slot, ok := s.slotOf(uid)
+	if !ok {
+		return WorkloadNames{}, false
+	}
+	var f [recNumStrings]string
+	recStrings(s.recs[slot], recNode, &f)
+	w := Workload{Namespace: f[recNamespace], Name: f[recName], Node: f[recNode],
+		TrustDomain: f[recTrustDomain], ServiceAccount: f[recServiceAccount]}
+	return w.Names(), true
 }
 
 // slotOf returns the slot of the workload with the given uid; false if
@@ -187,13 +253,13 @@ func (s *Snapshot) WorkloadByUID(uid string) *Workload {
 func (s *Snapshot) slotOf(uid string) (int32, bool) { return s.byUID.Get(uid, s.holdsUID) }
 
 // uidAt returns the uid of the workload at slot.
-func (s *Snapshot) uidAt(slot int32) string { return s.slots[slot].UID }
+func (s *Snapshot) uidAt(slot int32) string { return recUIDOf(s.recs[slot]) }
 
 // holdsUID reports whether the workload at slot has the given uid.
-func (s *Snapshot) holdsUID(slot int32, uid string) bool { return s.slots[slot].UID == uid }
+func (s *Snapshot) holdsUID(slot int32, uid string) bool { return recUIDOf(s.recs[slot]) == uid }
 
 // numWorkloads returns the number of workloads: the slots not free.
-func (s *Snapshot) numWorkloads() int { return len(s.slots) - len(s.free) }
+func (s *Snapshot) numWorkloads() int { return len(s.recs) - len(s.free) }
 
 // FindWorkload returns the workload named namespace/name with the given
 // service account (compared after defaulting, see Workload.Identity) on
@@ -204,10 +270,14 @@ func (s *Snapshot) FindWorkload(node, namespace, name, serviceAccount string) *W
 	if serviceAccount == "" {
 		serviceAccount = DefaultServiceAccount
 	}
-	for w := range s.byName.list(nameHash(namespace, name), s.slots).all() {
-		if w.Namespace == namespace && w.Name == name && (node == "" || w.Node == node) && (w.ServiceAccount == serviceAccount ||
-			(w.ServiceAccount == "" && serviceAccount == DefaultServiceAccount)) {
-			return w
+	var buf [4]int32
+	for _, slot := range s.byName.slots(nameHash(namespace, name), buf[:0]) {
+		var f [recNumStrings]string
+		recStrings(s.recs[slot], recNode, &f)
+		sa := f[recServiceAccount]
+		if f[recNamespace] == namespace && f[recName] == name && (node == "" || f[recNode] == node) &&
+			(sa == serviceAccount || (sa == "" && serviceAccount == DefaultServiceAccount)) {
+			return s.at(slot)
 		}
 	}
 	return nil
@@ -218,9 +288,17 @@ func (s *Snapshot) FindWorkload(node, namespace, name, serviceAccount string) *W
 // gateways without a service are rare, and an index would cost memory on
 // every node.
 func (s *Snapshot) WorkloadByHostname(namespace, hostname string) *Workload {
-	for _, w := range s.slots {
-		if w != nil && w.Hostname == hostname && w.Namespace == namespace && hostname != "" {
-			return w
+	if hostname == "" {
+		return nil
+	}
+	for slot, rec := range s.recs {
+		if rec == "" {
+			continue
+		}
+		var f [recNumStrings]string
+		recStrings(rec, recHostname, &f)
+		if f[recHostname] == hostname && f[recNamespace] == namespace {
+			return s.at(int32(slot))
 		}
 	}
 	return nil
@@ -305,12 +383,14 @@ func (s *Snapshot) serviceByCIDR(network string, ip netip.Addr, clientNS string)
 	return best
 }
 
-// Workloads returns every workload sorted by uid, in a new slice.
+// Workloads returns every workload sorted by uid, in a new slice. They are
+// built anew (not through the cache, which a large store would only
+// churn).
 func (s *Snapshot) Workloads() []*Workload {
 	out := make([]*Workload, 0, s.numWorkloads())
-	for _, w := range s.slots {
-		if w != nil {
-			out = append(out, w)
+	for _, rec := range s.recs {
+		if rec != "" {
+			out = append(out, &buildWorkload(rec, &s.shared[recSharedOf(rec)]).Workload)
 		}
 	}
 	slices.SortFunc(out, func(a, b *Workload) int { return cmp.Compare(a.UID, b.UID) })

@@ -136,6 +136,21 @@ func normalizeWorkload(w *Workload) *Workload {
 	return normalizeWorkloadInPlace(&c)
 }
 
+// needsNormalizing reports whether normalizeWorkload would change w.
+func needsNormalizing(w *Workload) bool {
+	for _, a := range w.Addresses {
+		if a.Is4In6() {
+			return true
+		}
+	}
+	for _, g := range [2]*GatewayAddress{w.Waypoint, w.NetworkGateway} {
+		if g != nil && g.Address != nil && g.Address.Address.Is4In6() {
+			return true
+		}
+	}
+	return false
+}
+
 // normalizeWorkloadInPlace is normalizeWorkload for a workload the store
 // adopts: it changes w's own fields and returns w. Shared slices and
 // gateways are replaced, never modified.

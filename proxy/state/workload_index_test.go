@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"reflect"
 	"slices"
 	"testing"
 )
@@ -88,7 +89,7 @@ func modelView(m map[string]*Workload) workloadView {
 		}
 		for _, a := range w.Addresses {
 			k := w.Network + "|" + a.String()
-			if cur := v.byIP[k]; cur == nil || compareByIPPreference(w, cur) < 0 {
+			if cur := v.byIP[k]; cur == nil || modelIPPreference(w, cur) < 0 {
 				v.byIP[k] = w
 			}
 		}
@@ -97,9 +98,25 @@ func modelView(m map[string]*Workload) workloadView {
 	return v
 }
 
+// modelIPPreference orders workloads sharing an address (SPEC §3.4).
+func modelIPPreference(a, b *Workload) int {
+	rank := func(w *Workload) int { return ipRankOf(w.IsPod(), w.Protocol == TunnelHBONE) }
+	if c := cmp.Compare(rank(a), rank(b)); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.UID, b.UID)
+}
+
+// same reports whether the store's workload got is the model's want: nil
+// both, or equal in every field (the store builds its workloads from
+// records, so they are equal, not the same pointer).
+func same(got, want *Workload) bool {
+	return (got == nil) == (want == nil) && (got == nil || reflect.DeepEqual(*got, *want))
+}
+
 func sameView(a, b workloadView) error {
 	for uid, w := range a.byUID {
-		if b.byUID[uid] != w {
+		if !same(b.byUID[uid], w) {
 			return fmt.Errorf("uid %s: %v, want %v", uid, b.byUID[uid], w)
 		}
 	}
@@ -107,7 +124,7 @@ func sameView(a, b workloadView) error {
 		return fmt.Errorf("%d uids found, want %d", len(b.byUID), len(a.byUID))
 	}
 	for k, w := range a.byIP {
-		if b.byIP[k] != w {
+		if !same(b.byIP[k], w) {
 			return fmt.Errorf("address %s: %v, want %v", k, uidOf(b.byIP[k]), uidOf(w))
 		}
 	}
@@ -115,14 +132,14 @@ func sameView(a, b workloadView) error {
 		return fmt.Errorf("%d addresses found, want %d", len(b.byIP), len(a.byIP))
 	}
 	for k, w := range a.byName {
-		if b.byName[k] != w {
+		if !same(b.byName[k], w) {
 			return fmt.Errorf("FindWorkload(%s): %v, want %v", k, uidOf(b.byName[k]), uidOf(w))
 		}
 	}
 	if len(a.byName) != len(b.byName) {
 		return fmt.Errorf("FindWorkload found %d, want %d", len(b.byName), len(a.byName))
 	}
-	if !slices.Equal(a.all, b.all) {
+	if !slices.EqualFunc(a.all, b.all, same) {
 		return fmt.Errorf("Workloads() lists %d, want %d", len(b.all), len(a.all))
 	}
 	return nil
@@ -134,12 +151,16 @@ func sameView(a, b workloadView) error {
 func checkSlots(t *testing.T, what string, s *Snapshot) {
 	t.Helper()
 	used := map[int32]bool{}
-	for i, w := range s.slots {
-		if w == nil {
+	for i, rec := range s.recs {
+		if rec == "" {
 			continue
 		}
-		if slot, ok := s.slotOf(w.UID); !ok || slot != int32(i) {
-			t.Fatalf("%s: the uid of slot %d, %s, finds slot %d (%v)", what, i, w.UID, slot, ok)
+		uid := recUIDOf(rec)
+		if slot, ok := s.slotOf(uid); !ok || slot != int32(i) {
+			t.Fatalf("%s: the uid of slot %d, %s, finds slot %d (%v)", what, i, uid, slot, ok)
+		}
+		if got := s.at(int32(i)); got.UID != uid || s.at(int32(i)) != got {
+			t.Fatalf("%s: slot %d builds %s, or not from the cache the second time", what, i, got.UID)
 		}
 		used[int32(i)] = true
 	}
@@ -148,18 +169,18 @@ func checkSlots(t *testing.T, what string, s *Snapshot) {
 	}
 	free := map[int32]bool{}
 	for _, slot := range s.free {
-		if used[slot] || free[slot] || s.slots[slot] != nil {
+		if used[slot] || free[slot] || s.recs[slot] != "" {
 			t.Fatalf("%s: free slot %d is in use or listed twice", what, slot)
 		}
 		free[slot] = true
 	}
-	if len(used)+len(free) != len(s.slots) {
-		t.Fatalf("%s: %d slots, %d used and %d free", what, len(s.slots), len(used), len(free))
+	if len(used)+len(free) != len(s.recs) {
+		t.Fatalf("%s: %d slots, %d used and %d free", what, len(s.recs), len(used), len(free))
 	}
-	checkSlotIndex(t, what+": byName", s.byName, s.slots, func(h uint64, w *Workload) bool {
+	checkSlotIndex(t, what+": byName", s.byName, s, func(h uint64, w *Workload) bool {
 		return nameHash(w.Namespace, w.Name) == h
 	})
-	checkSlotIndex(t, what+": byIP", s.byIP, s.slots, func(k ipSlot, w *Workload) bool {
+	checkSlotIndex(t, what+": byIP", s.byIP, s, func(k ipSlot, w *Workload) bool {
 		return slices.ContainsFunc(w.Addresses, func(a netip.Addr) bool { return a.As16() == k.addr })
 	})
 }
@@ -167,16 +188,16 @@ func checkSlots(t *testing.T, what string, s *Snapshot) {
 // checkSlotIndex checks that x lists two or more workloads exactly where one
 // says -1, and that each single slot holds a workload keyOK accepts for its
 // key.
-func checkSlotIndex[K comparable](t *testing.T, what string, x slotIndex[K], slots []*Workload, keyOK func(K, *Workload) bool) {
+func checkSlotIndex[K comparable](t *testing.T, what string, x slotIndex[K], s *Snapshot, keyOK func(K, *Workload) bool) {
 	t.Helper()
 	shared := 0
 	for k, slot := range x.one {
 		if slot < 0 {
 			shared++
-			if len(slices.Collect(x.more[k].all())) < 2 {
+			if len(x.slots(k, nil)) < 2 {
 				t.Fatalf("%s: a shared key lists fewer than two workloads", what)
 			}
-		} else if w := slots[slot]; w == nil || !keyOK(k, w) {
+		} else if w := s.at(slot); w == nil || !keyOK(k, w) {
 			t.Fatalf("%s: key %v holds slot %d, %v", what, k, slot, uidOf(w))
 		}
 	}

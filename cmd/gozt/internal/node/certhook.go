@@ -23,18 +23,20 @@ type prefetcher interface {
 // state and certs, wired here so that xds never imports certs.
 type certHook struct {
 	certs prefetcher
-	local func(*state.Workload) bool // reports whether w is served by this node
+	local func(state.WorkloadNames) bool // reports whether the workload is served by this node
 
 	mu    sync.Mutex
 	count map[identity.Identity]int // local workloads per identity
 }
 
-func newCertHook(c prefetcher, local func(*state.Workload) bool) *certHook {
+func newCertHook(c prefetcher, local func(state.WorkloadNames) bool) *certHook {
 	return &certHook{certs: c, local: local, count: make(map[identity.Identity]int)}
 }
 
 // update is a state.Config.OnUpdate: it looks only at the workloads the
-// update changed, or at everything after a reset.
+// update changed, or at everything after a reset. It reads only their
+// names (WorkloadNamesByUID builds no workload), since a push changes up
+// to every workload of the mesh.
 func (h *certHook) update(prev, next *state.Snapshot) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -42,8 +44,8 @@ func (h *certHook) update(prev, next *state.Snapshot) {
 	if ch.Reset || prev == nil {
 		want := make(map[identity.Identity]int)
 		for _, w := range next.Workloads() {
-			if h.local(w) {
-				want[w.Identity()]++
+			if n := w.Names(); h.local(n) {
+				want[n.Identity]++
 			}
 		}
 		for id := range h.count {
@@ -60,11 +62,11 @@ func (h *certHook) update(prev, next *state.Snapshot) {
 		return
 	}
 	for _, uid := range ch.Workloads {
-		if old := prev.WorkloadByUID(uid); old != nil && h.local(old) {
-			h.release(old.Identity())
+		if old, ok := prev.WorkloadNamesByUID(uid); ok && h.local(old) {
+			h.release(old.Identity)
 		}
-		if w := next.WorkloadByUID(uid); w != nil && h.local(w) {
-			id := w.Identity()
+		if w, ok := next.WorkloadNamesByUID(uid); ok && h.local(w) {
+			id := w.Identity
 			if h.count[id]++; h.count[id] == 1 {
 				h.certs.Prefetch(id)
 			}

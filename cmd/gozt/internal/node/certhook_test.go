@@ -23,7 +23,7 @@ func (r *recordingPrefetcher) Forget(id identity.Identity) {
 // certificate, the last one leaving forgets it, non-local ones do nothing.
 func TestCertHook(t *testing.T) {
 	rec := &recordingPrefetcher{}
-	hook := newCertHook(rec, func(w *state.Workload) bool { return w.Node == "n1" })
+	hook := newCertHook(rec, func(w state.WorkloadNames) bool { return w.Node == "n1" })
 	st := state.NewStore(state.Config{OnUpdate: hook.update})
 	wl := func(uid, node, sa string) *state.Workload {
 		return &state.Workload{UID: uid, Name: uid, Namespace: "ns", Node: node, ServiceAccount: sa,

@@ -168,9 +168,9 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 	if !shared {
 		// Dedicated mode prefetches only its own workload's certificate;
 		// shared mode prefetches each pod's as istio-cni hands it over.
-		hook = newCertHook(n.certs, func(w *state.Workload) bool {
+		hook = newCertHook(n.certs, func(w state.WorkloadNames) bool {
 			return w.Namespace == env.WorkloadNamespace && w.Name == env.WorkloadName &&
-				w.Identity().ServiceAccount == orDefault(env.WorkloadServiceAccount, state.DefaultServiceAccount)
+				w.Identity.ServiceAccount == orDefault(env.WorkloadServiceAccount, state.DefaultServiceAccount)
 		})
 		hook.update(nil, n.store.Snapshot())
 	}

@@ -2,16 +2,19 @@ package state
 
 import (
 	"fmt"
+	"net/netip"
+	"reflect"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 )
 
-// TestAdoptWorkload: the store keeps an adopted workload itself, with its
-// addresses unmapped, and never modifies what it shares with others: two
-// workloads with one Services map are both endpoints, and removing one
-// leaves the other's map and endpoint as they were.
-func TestAdoptWorkload(t *testing.T) {
+// TestInsertWorkloadShares: the store keeps an inserted workload's fields
+// with its addresses unmapped, leaves the caller's workload as it was, and
+// never modifies what it shares with others: two workloads with one
+// Services map are both endpoints, and removing one leaves the other's map
+// and endpoint as they were.
+func TestInsertWorkloadShares(t *testing.T) {
 	st := NewStore(Config{})
 	shared := map[string]PortMap{"ns/web": {80: 8080}}
 	mapped := [][]string{{"::ffff:10.0.0.1"}, {"10.0.0.2"}}
@@ -24,15 +27,23 @@ func TestAdoptWorkload(t *testing.T) {
 	update(t, st, func(b *Batch, must func(error)) {
 		must(b.InsertService(svc("ns", "web")))
 		for _, w := range ws {
-			must(b.AdoptWorkload(w))
+			must(b.InsertWorkload(w))
 		}
 	})
-	s := st.Snapshot()
-	if got := s.WorkloadByUID(ws[0].UID); got != ws[0] {
-		t.Fatal("the store did not keep the adopted workload itself")
+	if got := ws[0].Addresses[0]; got != ip("::ffff:10.0.0.1") {
+		t.Errorf("the caller's address became %v", got)
 	}
-	if got := s.WorkloadByIP("", ip("10.0.0.1")); got != ws[0] {
-		t.Errorf("WorkloadByIP(10.0.0.1) = %v, want the adopted, unmapped workload", got)
+	s := st.Snapshot()
+	want := *ws[0]
+	want.Addresses = []netip.Addr{ip("10.0.0.1")}
+	if got := s.WorkloadByUID(ws[0].UID); !same(got, &want) {
+		t.Fatalf("stored workload = %+v, want %+v", got, &want)
+	}
+	if got := s.WorkloadByIP("", ip("10.0.0.1")); got == nil || got.UID != ws[0].UID {
+		t.Errorf("WorkloadByIP(10.0.0.1) = %v, want the unmapped workload", uidOf(got))
+	}
+	if got := s.WorkloadByUID(ws[1].UID).Services; reflect.ValueOf(got).UnsafePointer() != reflect.ValueOf(shared).UnsafePointer() {
+		t.Error("the two workloads' equal services maps are not one")
 	}
 	if got, want := endpointUIDs(s.ServiceByKey("ns/web")), sorted([]string{ws[0].UID, ws[1].UID}); !cmp.Equal(got, want) {
 		t.Errorf("endpoints = %v, want %v", got, want)
@@ -47,8 +58,8 @@ func TestAdoptWorkload(t *testing.T) {
 	}
 	bad := &Workload{}
 	update(t, st, func(b *Batch, _ func(error)) {
-		if b.AdoptWorkload(bad) == nil {
-			t.Error("AdoptWorkload accepted a workload without a uid")
+		if b.InsertWorkload(bad) == nil {
+			t.Error("InsertWorkload accepted a workload without a uid")
 		}
 	})
 }
