@@ -36,7 +36,7 @@ type rejection struct {
 // rejected resource as "name: reason; ..." (SPEC §5.1). Valid resources
 // and all removals are applied in one batch even when some are rejected.
 // ack reports whether the answer is an ACK. It consumes resp.Resources (see
-// decodeResources): the caller must not use them afterwards.
+// decodeEach): the caller must not use them afterwards.
 //
 // gc is the collector relaxation the stream's codec started to unmarshal
 // resp (pushCodec), or nil. handleResponse applies resp under it, or, if
@@ -60,11 +60,9 @@ func (c *Client) handleResponse(resp *discoveryv3.DeltaDiscoveryResponse, gc *gc
 	if c.cfg.onDemandType(typeURL) {
 		answered = c.matchDemands(resp)
 	}
-	var good []decoded
 	var rejects []rejection
 	runAtPriority(len(resp.GetResources())+len(resp.GetRemovedResources()), func() {
-		good, rejects = decodeResources(resp)
-		rejects = c.apply(typeURL, held, good, resp.GetRemovedResources(), rejects)
+		rejects = c.apply(typeURL, held, resp)
 	})
 	// After the store has the response, as ztunnel notifies its demanders
 	// only once the handlers ran (HandlerWrapper::handle).
@@ -122,16 +120,17 @@ func nackMessage(rejects []rejection) string {
 	return b.String()
 }
 
-// newNames counts the resources of ok that held has no version of, all of
-// them and the workloads among them, and the bytes of their names and
-// versions: the room the version table and the store's workload tables
-// need (an update takes the slot it had).
-func newNames(held *versionTable, ok []decoded) (all, workloads, size int) {
-	for _, d := range ok {
-		if !held.Has(d.name) {
+// newNames counts the resources of rs whose names held has no version of,
+// all of them and the workloads among them, and the bytes of their names
+// and versions: the room the version table and the store's workload tables
+// need (an update takes the slot it had). The counts come before decoding,
+// so they include resources that will be rejected: they are hints.
+func newNames(held *versionTable, typeURL string, rs []*discoveryv3.Resource) (all, workloads, size int) {
+	for _, r := range rs {
+		if !held.Has(r.GetName()) {
 			all++
-			size += len(d.name) + len(d.version)
-			if d.w != nil {
+			size += len(r.GetName()) + len(r.GetVersion())
+			if typeURL == AddressTypeURL && isWorkloadAddress(r.GetResource().GetValue()) {
 				workloads++
 			}
 		}
@@ -139,12 +138,27 @@ func newNames(held *versionTable, ok []decoded) (all, workloads, size int) {
 	return all, workloads, size
 }
 
-// apply inserts ok and removes removed in one batch (removals first, so a
-// name both removed and sent ends up present), then brings held up to date.
-// Only names in held are removed from the store. It returns rejects extended with the resources the store refused.
-func (c *Client) apply(typeURL string, held *versionTable, ok []decoded, removed []string, rejects []rejection) []rejection {
-	refused := make([]bool, len(ok))
-	added, addedWorkloads, addedSize := newNames(held, ok)
+// isWorkloadAddress reports whether an Address message starts with its
+// workload field (1, length-delimited), as istiod encodes a workload.
+func isWorkloadAddress(b []byte) bool { return len(b) > 0 && b[0] == 0x0a }
+
+// apply decodes the resources of resp and inserts them, and removes its
+// removed names, in one batch (removals first, so a name both removed and
+// sent ends up present), then brings held up to date. Only names in held
+// are removed from the store. It returns the resources rejected by the
+// decoder, then those the store refused.
+//
+// Each resource is decoded and inserted before the next is decoded, into
+// one reused workload (the store keeps a record of its own, not the
+// workload it is given): so a large push never holds its decoded workloads
+// all at once, and a garbage collection during the push marks only what is
+// left of the response and the store.
+func (c *Client) apply(typeURL string, held *versionTable, resp *discoveryv3.DeltaDiscoveryResponse) []rejection {
+	removed := resp.GetRemovedResources()
+	added, addedWorkloads, addedSize := newNames(held, typeURL, resp.GetResources())
+	type nameVersion struct{ name, version string }
+	kept := make([]nameVersion, 0, len(resp.GetResources()))
+	var rejects, refused []rejection
 	c.cfg.Store.Update(func(b *state.Batch) {
 		if typeURL == AddressTypeURL {
 			b.Reserve(addedWorkloads)
@@ -162,7 +176,9 @@ func (c *Client) apply(typeURL string, held *versionTable, ok []decoded, removed
 				b.RemovePolicy(name)
 			}
 		}
-		for i, d := range ok {
+		dc := newDecodeCache()
+		dc.reuse = true
+		rejects = decodeEach(resp, dc, func(d decoded) {
 			var err error
 			switch {
 			case d.w != nil:
@@ -172,14 +188,12 @@ func (c *Client) apply(typeURL string, held *versionTable, ok []decoded, removed
 			default:
 				err = b.InsertPolicy(d.p)
 			}
-			// The store holds its own record (or the policy itself) now:
-			// drop ours, so that it can be reclaimed during the push.
-			ok[i].w, ok[i].s, ok[i].p = nil, nil, nil
 			if err != nil {
-				refused[i] = true
-				rejects = append(rejects, rejection{d.name, err})
+				refused = append(refused, rejection{d.name, err})
+				return
 			}
-		}
+			kept = append(kept, nameVersion{d.name, d.version})
+		})
 	})
 	for _, name := range removed {
 		held.Delete(name)
@@ -188,31 +202,29 @@ func (c *Client) apply(typeURL string, held *versionTable, ok []decoded, removed
 		// Sized once for a large push, rather than grown step by step.
 		held.Grow(added, addedSize)
 	}
-	for i, d := range ok {
-		if !refused[i] {
-			held.Set(d.name, d.version)
-		}
+	for _, nv := range kept {
+		held.Set(nv.name, nv.version)
 	}
-	return rejects
+	return append(rejects, refused...)
 }
 
-// decodeResources decodes and converts every resource of resp, off the
-// store lock. A resource is rejected if it has no payload, its payload's
-// type URL is not the response's, it does not decode or convert, its name
-// is not its primary key (workload uid, "namespace/hostname" for services,
-// "namespace/name" for policies: SPEC §5.3), or its name repeats an earlier
-// resource of the same response.
+// decodeEach decodes and converts every resource of resp, in order, and
+// hands each valid one to yield; it returns the rejected ones. When c
+// reuses its workload (decodeCache.reuse), yield's workload is valid only
+// during the call. A resource is rejected if it has no payload, its
+// payload's type URL is not the response's, it does not decode or convert,
+// its name is not its primary key (workload uid, "namespace/hostname" for
+// services, "namespace/name" for policies: SPEC §5.3), or its name repeats
+// an earlier resource of the same response.
 //
 // It consumes resp.Resources: each entry is set to nil once decoded, so that
-// the memory of a large push is released while it is being converted rather
-// than after it has been applied (every garbage collection during the push
-// would otherwise mark the whole response again).
-func decodeResources(resp *discoveryv3.DeltaDiscoveryResponse) (ok []decoded, rejects []rejection) {
+// the memory of a large push is released while it is being applied rather
+// than after (every garbage collection during the push would otherwise mark
+// the whole response again).
+func decodeEach(resp *discoveryv3.DeltaDiscoveryResponse, c *decodeCache, yield func(decoded)) (rejects []rejection) {
 	typeURL := resp.GetTypeUrl()
 	rs := resp.GetResources()
-	ok = make([]decoded, 0, len(rs))
 	seen := make(map[string]struct{}, len(rs))
-	c := newDecodeCache()
 	for i, r := range rs {
 		rs[i] = nil
 		name := r.GetName()
@@ -229,9 +241,9 @@ func decodeResources(resp *discoveryv3.DeltaDiscoveryResponse) (ok []decoded, re
 		// d.name is the resource's own key (equal to name): keep that
 		// string, so that the response's copy is released with it.
 		seen[d.name] = struct{}{}
-		ok = append(ok, d)
+		yield(d)
 	}
-	return ok, rejects
+	return rejects
 }
 
 // decodeResource decodes and converts one resource of type typeURL. Values

@@ -184,7 +184,7 @@ func (c *Client) registerDemand(key string) (*demandWait, func(*discoveryv3.Delt
 
 // matchDemands takes from pending the waits that resp, an Address
 // response, answers, for the caller to release once resp is applied. It
-// must run before decodeResources consumes resp.Resources. A removed name
+// must run before decodeEach consumes resp.Resources. A removed name
 // is no longer re-subscribed on reconnect (ztunnel drops it from
 // known_resources).
 func (c *Client) matchDemands(resp *discoveryv3.DeltaDiscoveryResponse) []*demandWait {

@@ -34,8 +34,12 @@ import (
 // Equal wire bytes decode to equal values, and the store never modifies
 // what it is given, so sharing them is invisible to readers.
 
-// decodeCache holds what the resources of one push share.
+// decodeCache holds what the resources of one push share. If reuse is set,
+// every workload is decoded into scratch, so a decoded workload is valid
+// only until the next is decoded (the store keeps a record of its own).
 type decodeCache struct {
+	reuse    bool
+	scratch  workloadAlloc
 	in       interner
 	services map[string]map[string]state.PortMap // wire bytes of the services entries →
 	gateways map[string]*state.GatewayAddress    // wire bytes of a GatewayAddress →
@@ -422,7 +426,10 @@ func (c *decodeCache) convert(r *rawWorkload, wb []byte, name string) (*state.Wo
 	// One allocation for the workload and, in the usual case of one
 	// address, its address: one object less per workload for the
 	// collector to mark.
-	wa := new(workloadAlloc)
+	wa := &c.scratch
+	if !c.reuse {
+		wa = new(workloadAlloc)
+	}
 	w := &wa.w
 	*w = state.Workload{
 		UID:               name,

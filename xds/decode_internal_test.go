@@ -75,13 +75,9 @@ func TestDecodeSharesStringsAcrossWorkloads(t *testing.T) {
 		}
 		resp.Resources = append(resp.Resources, &discoveryv3.Resource{Name: pw.GetUid(), Version: "v1", Resource: payload})
 	}
-	ok, rejects := decodeResources(resp)
-	if len(rejects) != 0 {
-		t.Fatalf("rejects: %v", rejects)
-	}
 	var got []*state.Workload
-	for _, d := range ok {
-		got = append(got, d.w)
+	if rejects := decodeEach(resp, newDecodeCache(), func(d decoded) { got = append(got, d.w) }); len(rejects) != 0 {
+		t.Fatalf("rejects: %v", rejects)
 	}
 	if diff := cmp.Diff(want, got, cmpNetip); diff != "" {
 		t.Fatalf("decoded workloads differ (-want +got):\n%s", diff)
