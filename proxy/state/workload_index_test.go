@@ -221,6 +221,11 @@ func uidOf(w *Workload) string {
 // at the end, that no published snapshot's answers changed although later
 // batches reused the slots its workloads held.
 func TestWorkloadIndexRandomBatches(t *testing.T) {
+	// Compacting the shared table often, so that the run crosses many
+	// compactions.
+	origSlack := compactSlack
+	t.Cleanup(func() { compactSlack = origSlack })
+	compactSlack = 16
 	t.Run("hashes", workloadIndexRandomBatches)
 	// Every name in one of two hashes, so names collide in byName's lists.
 	orig := nameHash
@@ -251,6 +256,19 @@ func workloadIndexRandomBatches(t *testing.T) {
 		for range rng.IntN(3) {
 			if a := indexIPs[rng.IntN(len(indexIPs))]; !slices.Contains(w.Addresses, a) {
 				w.Addresses = append(w.Addresses, a)
+			}
+		}
+		// Shared fields: a few common ones, and many distinct port maps, so
+		// that the store's shared table is compacted during the run.
+		switch rng.IntN(4) {
+		case 0:
+		case 1:
+			w.Services = map[string]PortMap{"ns/web": {80: 8080}}
+			w.AuthorizationPolicies = []string{"ns/allow"}
+		default:
+			w.Services = map[string]PortMap{"ns/web": {80: uint16(rng.IntN(5000))}, "ns/db": nil}
+			if rng.IntN(2) == 0 {
+				w.Waypoint = &GatewayAddress{Hostname: &NamespacedHostname{"ns", "wp"}, HBONEMTLSPort: 15008}
 			}
 		}
 		return w
@@ -285,7 +303,7 @@ func workloadIndexRandomBatches(t *testing.T) {
 					if err := b.InsertWorkload(w); err != nil {
 						t.Fatal(err)
 					}
-					m[uid] = b.Snapshot().WorkloadByUID(uid) // the store's normalized copy
+					m[uid] = w // its addresses are unmapped already: the store's is equal
 				}
 			}
 		})
@@ -295,6 +313,9 @@ func workloadIndexRandomBatches(t *testing.T) {
 		}
 		checkSlots(t, fmt.Sprintf("after batch %d", batch), snap)
 		history = append(history, published{snap, viewOf(snap, uids)})
+	}
+	if wt := st.Snapshot().wt; wt.nextCompact == 1+compactSlack {
+		t.Error("the shared table was never compacted: the run does not test it")
 	}
 	for i, h := range history {
 		if err := sameView(h.view, viewOf(h.snap, uids)); err != nil {
