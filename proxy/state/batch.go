@@ -164,9 +164,8 @@ func cloneFor[M ~map[K]V, K comparable, V any](m M, extra int) M {
 // the rest of the batch rebuilds the state from scratch (local config).
 func (b *Batch) Reset() {
 	b.checkOpen()
-	fresh := emptySnapshot()
+	fresh := emptySnapshotWith(b.base.wt) // its entries stay valid, and its cache
 	fresh.gen = b.base.gen
-	fresh.wt, fresh.shared = b.base.wt, b.base.shared // entries stay valid, and the cache
 	b.next = fresh
 	b.ownWorkloads, b.ownByIP, b.ownByName, b.ownServices, b.ownByVIP = true, true, true, true, true
 	b.ownByHostname, b.ownPolicies, b.ownNSPolicies, b.ownMembers = true, true, true, true

@@ -141,8 +141,11 @@ type Changes struct {
 // the initial empty snapshot). The slices are shared: do not modify them.
 func (s *Snapshot) Changes() Changes { return s.changes }
 
-func emptySnapshot() *Snapshot {
-	wt := newWorkloadTables()
+func emptySnapshot() *Snapshot { return emptySnapshotWith(newWorkloadTables()) }
+
+// emptySnapshotWith returns an empty snapshot of the store whose tables are
+// wt.
+func emptySnapshotWith(wt *workloadTables) *Snapshot {
 	return &Snapshot{
 		shared:     wt.ents,
 		wt:         wt,
