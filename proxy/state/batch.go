@@ -60,14 +60,14 @@ type Batch struct {
 	reserve int
 
 	// Scratch space reused by every workload change: the new record is
-	// encoded in enc (its shared entry found through interner), the replaced or removed
-	// workload decoded into old (its addresses in oldAddrs), and index
-	// lists gathered in lists.
+	// encoded in enc (its shared entry found through interner), the
+	// replaced or removed workload decoded into old (its addresses in
+	// oldAddrs), and an index's list gathered in list.
 	enc      []byte
 	interner interner
 	old      Workload
 	oldAddrs []netip.Addr
-	lists    [2][]int32
+	list     []int32
 }
 
 func newBatch(base *Snapshot) *Batch {
@@ -203,7 +203,6 @@ func (b *Batch) InsertWorkload(w *Workload) error {
 	b.enc = appendRecord(b.enc[:0], wc, sh)
 	slot, had := b.next.slotOf(wc.UID)
 	var old *Workload
-	b.ownWorkloadTable()
 	if had {
 		prev := b.next.recs[slot]
 		if prev == string(b.enc) {
@@ -214,7 +213,9 @@ func (b *Batch) InsertWorkload(w *Workload) error {
 			return nil
 		}
 		old = b.decodeOld(prev)
-	} else {
+	}
+	b.ownWorkloadTable()
+	if !had {
 		slot = b.takeSlot()
 	}
 	rec := string(b.enc)
@@ -490,17 +491,17 @@ func (b *Batch) ipSlotFor(network string, a netip.Addr) ipSlot {
 // reindexIP rebuilds the list at k without slot, and with it if has (the
 // workload now at slot has k).
 func (b *Batch) reindexIP(k ipSlot, slot int32, has bool) {
-	l := b.without(b.next.byIP.slots(k, b.lists[0][:0]), slot)
+	l := without(b.next.byIP.slots(k, b.list[:0]), slot)
 	if has {
 		l = append(l, slot)
 	}
 	slices.SortFunc(l, b.compareByIPPreference)
 	b.next.byIP.set(k, l, &b.ownByIPMore)
-	b.lists[0] = l
+	b.list = l
 }
 
 // without removes slot from l, in place.
-func (b *Batch) without(l []int32, slot int32) []int32 {
+func without(l []int32, slot int32) []int32 {
 	return slices.DeleteFunc(l, func(x int32) bool { return x == slot })
 }
 
@@ -513,16 +514,16 @@ func (b *Batch) reindexWorkloadName(slot int32, old, w *Workload) {
 	}
 	if old != nil {
 		h := nameHash(old.Namespace, old.Name)
-		l := b.without(b.next.byName.slots(h, b.lists[0][:0]), slot)
+		l := without(b.next.byName.slots(h, b.list[:0]), slot)
 		b.next.byName.set(h, l, &b.ownByNameMore)
-		b.lists[0] = l
+		b.list = l
 	}
 	if w != nil {
 		h := nameHash(w.Namespace, w.Name)
-		l := append(b.without(b.next.byName.slots(h, b.lists[0][:0]), slot), slot)
+		l := append(without(b.next.byName.slots(h, b.list[:0]), slot), slot)
 		slices.SortFunc(l, b.compareByUID)
 		b.next.byName.set(h, l, &b.ownByNameMore)
-		b.lists[0] = l
+		b.list = l
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -222,5 +223,15 @@ func TestLookupsShareTheCache(t *testing.T) {
 	}
 	if s2.WorkloadByIP("", ip("10.0.0.2")) != nil {
 		t.Error("the new snapshot still finds b at its old address")
+	}
+	// Inserting an equal workload again keeps its record: the cache's
+	// workload stays, and the update still lists it as changed.
+	update(t, st, func(b *Batch, must func(error)) { must(b.InsertWorkload(pod("ns", "a", "10.0.0.1"))) })
+	s3 := st.Snapshot()
+	if s3.WorkloadByUID(a.UID) != a {
+		t.Error("re-inserting an equal workload replaced its record")
+	}
+	if got := s3.Changes().Workloads; !slices.Equal(got, []string{a.UID}) {
+		t.Errorf("Changes().Workloads = %v, want [%s]", got, a.UID)
 	}
 }
