@@ -312,6 +312,12 @@ func workloadIndexRandomBatches(t *testing.T) {
 			t.Fatalf("after batch %d: %v", batch, err)
 		}
 		checkSlots(t, fmt.Sprintf("after batch %d", batch), snap)
+		for _, uid := range uids {
+			got, ok := snap.WorkloadNamesByUID(uid)
+			if w := m[uid]; ok != (w != nil) || (ok && got != w.Names()) {
+				t.Fatalf("after batch %d: WorkloadNamesByUID(%s) = %+v, %v; want the model's %+v", batch, uid, got, ok, w)
+			}
+		}
 		history = append(history, published{snap, viewOf(snap, uids)})
 	}
 	if wt := st.Snapshot().wt; wt.nextCompact == 1+compactSlack {
