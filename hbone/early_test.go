@@ -312,14 +312,20 @@ func TestPoolEarlyLostBeforeBytesRetried(t *testing.T) {
 	}
 }
 
-// failingSource returns its bytes, then a read error.
+// failingSource returns its bytes, then a read error; failed, if set, is
+// closed when it first returns the error.
 type failingSource struct {
-	b   []byte
-	err error
+	b      []byte
+	err    error
+	failed chan struct{}
 }
 
 func (f *failingSource) Read(p []byte) (int, error) {
 	if len(f.b) == 0 {
+		if f.failed != nil {
+			close(f.failed)
+			f.failed = nil
+		}
 		return 0, f.err
 	}
 	n := copy(p, f.b)
@@ -330,11 +336,15 @@ func (f *failingSource) Read(p []byte) (int, error) {
 func (f *failingSource) SetReadDeadline(time.Time) error { return nil }
 
 // TestConnectEarlySourceFails: a source that fails (a reset client) after
-// some bytes: the bytes are sent, and once answered the stream is aborted
-// with CONNECT_ERROR, as the relay would abort it on that failure.
+// some bytes, before the response: the bytes are sent, and once answered
+// the stream is aborted with CONNECT_ERROR, as the relay would abort it on
+// that failure. (A failure after the response is the relay's to see: the
+// server answers only once the source has failed, or the early sender could
+// be halted before its read of the failure.)
 func TestConnectEarlySourceFails(t *testing.T) {
 	cc, r := rawServerPeerOn(t, earlyIP, Config{})
-	src := &failingSource{b: []byte("partial"), err: errors.New("connection reset by peer")}
+	failed := make(chan struct{})
+	src := &failingSource{b: []byte("partial"), err: errors.New("connection reset by peer"), failed: failed}
 	ch := make(chan error, 1)
 	go func() {
 		s, err := cc.ConnectEarly(t.Context(), "10.0.0.1:80", nil, src)
@@ -345,6 +355,11 @@ func TestConnectEarlySourceFails(t *testing.T) {
 	}()
 	if got := r.WantData(1, len("partial")); string(got) != "partial" {
 		t.Fatalf("DATA %q", got)
+	}
+	select {
+	case <-failed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the early sender never read the source's failure")
 	}
 	r.Headers(1, false, ":status", "200")
 	wait(t, ch, "ConnectEarly")
