@@ -60,11 +60,11 @@ type Batch struct {
 	reserve int
 
 	// Scratch space reused by every workload change: the new record is
-	// encoded in enc (its shared entry found through interner), the
-	// replaced or removed workload decoded into old (its addresses in
-	// oldAddrs), and an index's list gathered in list.
+	// encoded in enc (its shared entry's key built in key), the replaced
+	// or removed workload decoded into old (its addresses in oldAddrs), and
+	// an index's list gathered in list.
 	enc      []byte
-	interner interner
+	key      []byte
 	old      Workload
 	oldAddrs []netip.Addr
 	list     []int32
@@ -194,14 +194,10 @@ func (b *Batch) InsertWorkload(w *Workload) error {
 	if err := validateWorkload(w); err != nil {
 		return err
 	}
-	wc := w
-	if needsNormalizing(w) {
-		wc = normalizeWorkload(w)
-	}
-	sh := b.next.wt.intern(wc, &b.interner)
+	sh := b.next.wt.intern(w, &b.key)
 	b.next.shared = b.next.wt.ents // so that Batch.Snapshot's view can build it
-	b.enc = appendRecord(b.enc[:0], wc, sh)
-	slot, had := b.next.slotOf(wc.UID)
+	b.enc = appendRecord(b.enc[:0], w, sh)
+	slot, had := b.next.slotOf(w.UID)
 	var old *Workload
 	if had {
 		prev := b.next.recs[slot]
@@ -224,9 +220,9 @@ func (b *Batch) InsertWorkload(w *Workload) error {
 	if !had {
 		b.next.byUID.Add(uid, slot, b.next.uidAt)
 	}
-	b.reindexWorkloadIPs(slot, old, wc)
-	b.reindexWorkloadName(slot, old, wc)
-	b.updateEndpoints(old, wc, uid)
+	b.reindexWorkloadIPs(slot, old, w)
+	b.reindexWorkloadName(slot, old, w)
+	b.updateEndpoints(old, w, uid)
 	b.chWorkloads[uid] = true
 	b.changed = true
 	return nil
@@ -236,7 +232,7 @@ func (b *Batch) InsertWorkload(w *Workload) error {
 // into the batch's scratch workload and returns it (valid until the next
 // call).
 func (b *Batch) decodeOld(rec string) *Workload {
-	b.oldAddrs = decodeRecord(rec, &b.next.wt.ents[recSharedOf(rec)], &b.old, b.oldAddrs)
+	b.oldAddrs = decodeRecord(rec, &b.next.shared[recSharedOf(rec)], &b.old, b.oldAddrs)
 	return &b.old
 }
 
@@ -369,7 +365,6 @@ func (b *Batch) Remove(name string) bool {
 func (b *Batch) Snapshot() *Snapshot {
 	b.checkOpen()
 	b.flushPolicyIndex()
-	b.next.shared = b.next.wt.ents
 	return b.next
 }
 

@@ -10,7 +10,7 @@ import (
 )
 
 // TestInsertWorkloadShares: the store keeps an inserted workload's fields
-// with its addresses unmapped, leaves the caller's workload as it was, and
+// with its addresses (its waypoint's too) unmapped, leaves the caller's workload as it was, and
 // never modifies what it shares with others: two workloads with one
 // Services map are both endpoints, and removing one leaves the other's map
 // and endpoint as they were.
@@ -24,6 +24,7 @@ func TestInsertWorkloadShares(t *testing.T) {
 		w.Services = shared
 		ws = append(ws, w)
 	}
+	ws[0].Waypoint = &GatewayAddress{Address: &NetworkAddress{"", ip("::ffff:10.0.0.9")}, HBONEMTLSPort: 15008}
 	update(t, st, func(b *Batch, must func(error)) {
 		must(b.InsertService(svc("ns", "web")))
 		for _, w := range ws {
@@ -33,9 +34,13 @@ func TestInsertWorkloadShares(t *testing.T) {
 	if got := ws[0].Addresses[0]; got != ip("::ffff:10.0.0.1") {
 		t.Errorf("the caller's address became %v", got)
 	}
+	if got := ws[0].Waypoint.Address.Address; got != ip("::ffff:10.0.0.9") {
+		t.Errorf("the caller's waypoint address became %v", got)
+	}
 	s := st.Snapshot()
 	want := *ws[0]
 	want.Addresses = []netip.Addr{ip("10.0.0.1")}
+	want.Waypoint = &GatewayAddress{Address: &NetworkAddress{"", ip("10.0.0.9")}, HBONEMTLSPort: 15008}
 	if got := s.WorkloadByUID(ws[0].UID); !same(got, &want) {
 		t.Fatalf("stored workload = %+v, want %+v", got, &want)
 	}

@@ -32,8 +32,8 @@ import (
 //	addrs    a uvarint count+1 (0 for a nil slice), then each address as
 //	         its length (4 or 16) and its bytes
 //
-// Stored addresses are unmapped and have no zone (validateWorkload,
-// normalizeWorkload), so 4 or 16 bytes say all of one.
+// Addresses are stored unmapped (appendRecord), and validateWorkload lets
+// none with a zone in, so 4 or 16 bytes say all of one.
 
 const (
 	recNameSuffix = 1 << iota
@@ -75,7 +75,8 @@ const (
 	recNumStrings
 )
 
-// appendRecord appends w's record to dst, with shared as its shared index.
+// appendRecord appends w's record to dst, with shared as its shared index
+// and its addresses unmapped.
 func appendRecord(dst []byte, w *Workload, shared uint32) []byte {
 	var flags byte
 	suffix := w.Name != "" && strings.HasSuffix(w.UID, w.Name)
@@ -103,7 +104,7 @@ func appendRecord(dst []byte, w *Workload, shared uint32) []byte {
 	}
 	dst = binary.AppendUvarint(dst, uint64(len(w.Addresses))+1)
 	for _, a := range w.Addresses {
-		if a.Is4() {
+		if a = a.Unmap(); a.Is4() {
 			b := a.As4()
 			dst = append(dst, 4)
 			dst = append(dst, b[:]...)
@@ -151,13 +152,6 @@ func recStrings(rec string, last int, out *[recNumStrings]string) int {
 	return i
 }
 
-// recField returns string field f of rec.
-func recField(rec string, f int) string {
-	var s [recNumStrings]string
-	recStrings(rec, f, &s)
-	return s[f]
-}
-
 // recUIDOf returns rec's uid, a substring of rec.
 func recUIDOf(rec string) string {
 	n, j := recUvarint(rec, recHeader)
@@ -183,7 +177,7 @@ func withShared(rec string, shared uint32) string {
 
 // recIPRank is ipRankOf rec's workload, without building it.
 func recIPRank(rec string) int {
-	return ipRankOf(strings.Contains(recUIDOf(rec), "//Pod/"), TunnelProtocol(rec[recProtocol]) == TunnelHBONE)
+	return ipRankOf(isPodUID(recUIDOf(rec)), TunnelProtocol(rec[recProtocol]) == TunnelHBONE)
 }
 
 // decodeRecord fills w from rec and sh (the shared entry its index names).

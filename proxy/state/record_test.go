@@ -69,10 +69,10 @@ func randomWorkload(rng *rand.Rand, i int) *Workload {
 func TestRecordRoundTrip(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	wt := newWorkloadTables()
-	var in interner
+	var key []byte
 	for i := range 2000 {
 		w := randomWorkload(rng, i)
-		sh := wt.intern(w, &in)
+		sh := wt.intern(w, &key)
 		rec := string(appendRecord(nil, w, sh))
 		bw := buildWorkload(rec, &wt.ents[sh])
 		if !reflect.DeepEqual(bw.Workload, *w) {
@@ -82,7 +82,9 @@ func TestRecordRoundTrip(t *testing.T) {
 			t.Fatalf("workload %d: uid %q, shared %d from the record", i, recUIDOf(rec), recSharedOf(rec))
 		}
 		for f, want := range map[int]string{recName: w.Name, recNamespace: w.Namespace, recHostname: w.Hostname, recNode: w.Node, recSubzone: w.Locality.Subzone} {
-			if got := recField(rec, f); got != want {
+			var fields [recNumStrings]string
+			recStrings(rec, f, &fields) // decoding only up to f, as FindWorkload does
+			if got := fields[f]; got != want {
 				t.Fatalf("workload %d: field %d = %q, want %q", i, f, got, want)
 			}
 		}
@@ -113,7 +115,7 @@ func inString(s, of string) bool {
 // another.
 func TestSharedEntriesInterned(t *testing.T) {
 	wt := newWorkloadTables()
-	var in interner
+	var key []byte
 	base := func() *Workload {
 		return &Workload{
 			UID:                   "u",
@@ -122,14 +124,14 @@ func TestSharedEntriesInterned(t *testing.T) {
 			Waypoint:              &GatewayAddress{Address: &NetworkAddress{"", netip.MustParseAddr("10.0.0.1")}, HBONEMTLSPort: 15008},
 		}
 	}
-	first := wt.intern(base(), &in)
+	first := wt.intern(base(), &key)
 	if first == recNoShared {
 		t.Fatal("a workload with services got the empty entry")
 	}
-	if got := wt.intern(base(), &in); got != first {
+	if got := wt.intern(base(), &key); got != first {
 		t.Errorf("an equal workload got entry %d, want %d", got, first)
 	}
-	if got := wt.intern(&Workload{UID: "u"}, &in); got != recNoShared {
+	if got := wt.intern(&Workload{UID: "u"}, &key); got != recNoShared {
 		t.Errorf("a workload with none got entry %d", got)
 	}
 	for name, change := range map[string]func(w *Workload){
@@ -147,7 +149,7 @@ func TestSharedEntriesInterned(t *testing.T) {
 	} {
 		w := base()
 		change(w)
-		if got := wt.intern(w, &in); got == first || got == recNoShared {
+		if got := wt.intern(w, &key); got == first || got == recNoShared {
 			t.Errorf("%s: got entry %d, the unchanged workload's is %d", name, got, first)
 		}
 	}
@@ -233,5 +235,27 @@ func TestLookupsShareTheCache(t *testing.T) {
 	}
 	if got := s3.Changes().Workloads; !slices.Equal(got, []string{a.UID}) {
 		t.Errorf("Changes().Workloads = %v, want [%s]", got, a.UID)
+	}
+}
+
+// TestCacheCollisions: in a store larger than the cache, workloads whose
+// slots share a cache entry each get their own workload, whichever was
+// looked up last.
+func TestCacheCollisions(t *testing.T) {
+	st := NewStore(Config{})
+	const n = cacheSize + 10
+	uid := func(i int) string { return fmt.Sprintf("c//Pod/ns/p%d", i) }
+	update(t, st, func(b *Batch, must func(error)) {
+		for i := range n {
+			must(b.InsertWorkload(&Workload{UID: uid(i), Name: fmt.Sprintf("p%d", i), Namespace: "ns"}))
+		}
+	})
+	s := st.Snapshot()
+	for round := range 2 {
+		for _, i := range []int{3, 3 + cacheSize, 5 + cacheSize, 5} { // slots 3 and 5 share entries with 4,099 and 4,101
+			if w := s.WorkloadByUID(uid(i)); w == nil || w.UID != uid(i) {
+				t.Fatalf("round %d: WorkloadByUID(%s) = %v", round, uid(i), uidOf(w))
+			}
+		}
 	}
 }

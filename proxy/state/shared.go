@@ -4,10 +4,8 @@ import (
 	"cmp"
 	"encoding/binary"
 	"maps"
-	"reflect"
 	"slices"
 	"sync/atomic"
-	"unsafe"
 )
 
 // wshared is what a workload's record names by its shared index: the
@@ -19,7 +17,7 @@ type wshared struct {
 	waypoint *GatewayAddress
 	netgw    *GatewayAddress
 	apptun   *ApplicationTunnel
-	key      string // sharedKey of the entry
+	key      string // appendSharedKey of the entry
 }
 
 // workloadTables is what the snapshots of one store share for their
@@ -54,68 +52,41 @@ func newWorkloadTables() *workloadTables {
 	}
 }
 
-// sharedIdent is the identity of a workload's shared fields: workloads
-// whose fields are the same objects (the decoder shares a services map,
-// policy list and gateways among the workloads of a push that have equal
-// ones) have equal shared entries, found without building their key.
-type sharedIdent struct {
-	services unsafe.Pointer
-	policies *string
-	npol     int
-	waypoint *GatewayAddress
-	netgw    *GatewayAddress
-	apptun   *ApplicationTunnel
-}
-
-func identOf(w *Workload) sharedIdent {
-	return sharedIdent{
-		services: reflect.ValueOf(w.Services).UnsafePointer(),
-		policies: unsafe.SliceData(w.AuthorizationPolicies), npol: len(w.AuthorizationPolicies),
-		waypoint: w.Waypoint, netgw: w.NetworkGateway, apptun: w.ApplicationTunnel,
-	}
-}
-
-// interner is a batch's way into its store's shared table: memo remembers,
-// for the batch only (it holds the callers' objects), the entry each
-// identity of shared fields got; key is scratch space for building keys.
-type interner struct {
-	memo map[sharedIdent]uint32
-	key  []byte
-}
-
-// intern returns the index of w's shared entry, adding it if it is new.
-func (t *workloadTables) intern(w *Workload, in *interner) uint32 {
+// intern returns the index of w's shared entry, adding it if it is new;
+// key is scratch space for building the entry's key. An entry's gateway
+// addresses are unmapped.
+func (t *workloadTables) intern(w *Workload, key *[]byte) uint32 {
 	if w.Services == nil && w.AuthorizationPolicies == nil && w.Waypoint == nil &&
 		w.NetworkGateway == nil && w.ApplicationTunnel == nil {
 		return recNoShared
 	}
-	id := identOf(w)
-	if i, ok := in.memo[id]; ok {
-		return i
-	}
-	if in.memo == nil {
-		in.memo = make(map[sharedIdent]uint32)
-	}
-	k := appendSharedKey(in.key[:0], w)
-	in.key = k
+	k := appendSharedKey((*key)[:0], w)
+	*key = k
 	if i, ok := t.keys[string(k)]; ok {
-		in.memo[id] = i
 		return i
 	}
 	e := wshared{
 		services: w.Services, policies: w.AuthorizationPolicies,
-		waypoint: w.Waypoint, netgw: w.NetworkGateway, apptun: w.ApplicationTunnel,
-		key: string(k),
+		waypoint: normalizedGateway(w.Waypoint), netgw: normalizedGateway(w.NetworkGateway),
+		apptun: w.ApplicationTunnel, key: string(k),
 	}
 	i := uint32(len(t.ents))
 	t.ents = append(t.ents, e)
 	t.keys[e.key] = i
-	in.memo[id] = i
 	return i
 }
 
+// normalizedGateway is normalizeGateway for a gateway that may be nil.
+func normalizedGateway(g *GatewayAddress) *GatewayAddress {
+	if g == nil {
+		return nil
+	}
+	return normalizeGateway(g)
+}
+
 // appendSharedKey appends a key for w's shared fields to dst: equal keys
-// mean equal fields (nil and empty told apart, maps in key order).
+// mean equal fields once gateway addresses are unmapped (nil and empty
+// told apart, maps in key order).
 func appendSharedKey(dst []byte, w *Workload) []byte {
 	str := func(s string) {
 		dst = binary.AppendUvarint(dst, uint64(len(s)))
@@ -162,7 +133,7 @@ func appendSharedKey(dst []byte, w *Workload) []byte {
 		}
 		if present(g.Address != nil) {
 			str(g.Address.Network)
-			dst, _ = g.Address.Address.AppendBinary(dst)
+			dst, _ = g.Address.Address.Unmap().AppendBinary(dst)
 		}
 		dst = binary.LittleEndian.AppendUint16(dst, g.HBONEMTLSPort)
 	}
@@ -184,9 +155,9 @@ func sortedMapKeys[K cmp.Ordered, V any](m map[K]V, dst []K) []K {
 // last compacted that the entries no record names may be most of it.
 func (t *workloadTables) shouldCompact() bool { return len(t.ents) >= t.nextCompact }
 
-// compact keeps only the entries that recs name, renumbered, and returns
-// recs with every record whose index changed replaced (recs is modified
-// in place: the caller owns it).
+// compact keeps only the entries that recs name, renumbered, and replaces
+// in recs every record whose index changed (recs is modified in place: the
+// caller owns it).
 func (t *workloadTables) compact(recs []string) {
 	remap := make(map[uint32]uint32)
 	ents := []wshared{{}}

@@ -218,9 +218,14 @@ func (s *Snapshot) at(slot int32) *Workload {
 	if bw := e.Load(); bw != nil && sameString(bw.rec, rec) {
 		return &bw.Workload
 	}
-	bw := buildWorkload(rec, &s.shared[recSharedOf(rec)])
+	bw := s.build(rec)
 	e.Store(bw)
 	return &bw.Workload
+}
+
+// build returns a new workload built from rec, one of s's records.
+func (s *Snapshot) build(rec string) *builtWorkload {
+	return buildWorkload(rec, &s.shared[recSharedOf(rec)])
 }
 
 // WorkloadNames is what names a workload and its identity: what consumers
@@ -393,7 +398,7 @@ func (s *Snapshot) Workloads() []*Workload {
 	out := make([]*Workload, 0, s.numWorkloads())
 	for _, rec := range s.recs {
 		if rec != "" {
-			out = append(out, &buildWorkload(rec, &s.shared[recSharedOf(rec)]).Workload)
+			out = append(out, &s.build(rec).Workload)
 		}
 	}
 	slices.SortFunc(out, func(a, b *Workload) int { return cmp.Compare(a.UID, b.UID) })

@@ -130,41 +130,6 @@ func validatePolicy(p *rbac.Policy) error {
 	return nil
 }
 
-// normalizeWorkload returns a shallow copy of w with addresses unmapped.
-func normalizeWorkload(w *Workload) *Workload {
-	c := *w
-	return normalizeWorkloadInPlace(&c)
-}
-
-// needsNormalizing reports whether normalizeWorkload would change w.
-func needsNormalizing(w *Workload) bool {
-	for _, a := range w.Addresses {
-		if a.Is4In6() {
-			return true
-		}
-	}
-	for _, g := range [2]*GatewayAddress{w.Waypoint, w.NetworkGateway} {
-		if g != nil && g.Address != nil && g.Address.Address.Is4In6() {
-			return true
-		}
-	}
-	return false
-}
-
-// normalizeWorkloadInPlace is normalizeWorkload for a workload the store
-// adopts: it changes w's own fields and returns w. Shared slices and
-// gateways are replaced, never modified.
-func normalizeWorkloadInPlace(w *Workload) *Workload {
-	w.Addresses = unmapAll(w.Addresses)
-	if w.Waypoint != nil {
-		w.Waypoint = normalizeGateway(w.Waypoint)
-	}
-	if w.NetworkGateway != nil {
-		w.NetworkGateway = normalizeGateway(w.NetworkGateway)
-	}
-	return w
-}
-
 // normalizeService returns a shallow copy of s with addresses unmapped and
 // CIDRs masked; Endpoints is cleared (the store fills it).
 func normalizeService(s *Service) *Service {
@@ -217,20 +182,4 @@ func normalizePrefix(p netip.Prefix) netip.Prefix {
 		p = netip.PrefixFrom(a.Unmap(), bits)
 	}
 	return p.Masked()
-}
-
-// unmapAll returns addrs with every address unmapped, sharing addrs when
-// nothing changes.
-func unmapAll(addrs []netip.Addr) []netip.Addr {
-	for i, a := range addrs {
-		if a.Is4In6() {
-			out := make([]netip.Addr, len(addrs))
-			copy(out, addrs[:i])
-			for j := i; j < len(addrs); j++ {
-				out[j] = addrs[j].Unmap()
-			}
-			return out
-		}
-	}
-	return addrs
 }

@@ -240,7 +240,10 @@ func (w *Workload) Weight() uint32 {
 
 // IsPod reports whether the workload is a Kubernetes Pod, judged by its uid
 // ("cluster//Pod/namespace/name").
-func (w *Workload) IsPod() bool { return strings.Contains(w.UID, "//Pod/") }
+func (w *Workload) IsPod() bool { return isPodUID(w.UID) }
+
+// isPodUID reports whether uid is a Kubernetes Pod's.
+func isPodUID(uid string) bool { return strings.Contains(uid, "//Pod/") }
 
 // HasAddress reports whether ip is one of the workload's addresses.
 func (w *Workload) HasAddress(ip netip.Addr) bool {
