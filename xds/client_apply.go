@@ -8,6 +8,7 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"istio.io/istio/pkg/workloadapi"
 	"istio.io/istio/pkg/workloadapi/security"
@@ -139,8 +140,11 @@ func newNames(held *versionTable, typeURL string, rs []*discoveryv3.Resource) (a
 }
 
 // isWorkloadAddress reports whether an Address message starts with its
-// workload field (1, length-delimited), as istiod encodes a workload.
-func isWorkloadAddress(b []byte) bool { return len(b) > 0 && b[0] == 0x0a }
+// workload field (length-delimited), as an encoded workload does: the
+// message holds one field of its oneof.
+func isWorkloadAddress(b []byte) bool {
+	return len(b) > 0 && b[0] == byte(protowire.EncodeTag(addrWorkload, protowire.BytesType))
+}
 
 // apply decodes the resources of resp and inserts them, and removes its
 // removed names, in one batch (removals first, so a name both removed and
