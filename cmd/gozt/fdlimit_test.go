@@ -102,23 +102,26 @@ type fdOutcome struct {
 	c   net.Conn // open and echoing, or nil
 	r   *bufio.Reader
 	err error
+	// took is how long the attempt took to its answer.
+	took time.Duration
 }
 
 // tryEcho connects through SOCKS5 to the echo and exchanges one line,
 // within 5s in all.
 func tryEcho(socks xproxy.Dialer, line string) fdOutcome {
+	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	c, err := socks.(xproxy.ContextDialer).DialContext(ctx, "tcp", fdEchoAddr)
 	if err != nil {
-		return fdOutcome{err: err}
+		return fdOutcome{err: err, took: time.Since(start)}
 	}
 	r := bufio.NewReader(c)
 	if err := echoLine(c, r, line); err != nil {
 		c.Close()
-		return fdOutcome{err: err}
+		return fdOutcome{err: err, took: time.Since(start)}
 	}
-	return fdOutcome{c: c, r: r}
+	return fdOutcome{c: c, r: r, took: time.Since(start)}
 }
 
 // TestFDExhaustion (TESTPLAN F21): under RLIMIT_NOFILE 256, with 50
@@ -163,7 +166,11 @@ func TestFDExhaustion(t *testing.T) {
 	}
 	wg.Wait()
 	hung, failed := 0, map[string]int{}
+	var slowest time.Duration // of the answered
 	for _, o := range outcomes {
+		if o.took > slowest && (o.err == nil || !errors.Is(o.err, os.ErrDeadlineExceeded) && !errors.Is(o.err, context.DeadlineExceeded)) {
+			slowest = o.took
+		}
 		switch {
 		case o.err == nil:
 			open = append(open, o)
@@ -177,8 +184,8 @@ func TestFDExhaustion(t *testing.T) {
 			failed[o.err.Error()]++
 		}
 	}
-	t.Logf("%d connections, then a burst of %d, under a %d-fd limit: %d of the burst open, %d timed out, failures %v; gozt fds %d (at start %d)",
-		fitting, attempts, fdLimit, len(open)-fitting, hung, failed, m.fds(t), base)
+	t.Logf("%d connections, then a burst of %d, under a %d-fd limit: %d of the burst open, %d timed out, failures %v, slowest answer %v; gozt fds %d (at start %d)",
+		fitting, attempts, fdLimit, len(open)-fitting, hung, failed, slowest.Round(time.Millisecond), m.fds(t), base)
 	if len(open) == fitting+attempts {
 		t.Fatalf("all %d connections opened under a %d-fd limit; the test proves nothing", len(open), fdLimit)
 	}
