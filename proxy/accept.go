@@ -28,9 +28,11 @@ import (
 // and the spare is lost until a descriptor is freed. (Giving it up while
 // nothing was queued, waiting for a connection, lost it within a second
 // in two runs of seventeen of TestFDExhaustion: the healthy connections then
-// held every descriptor and the queue waited for ever.) Without a spare
-// and on any other error, and when nothing is queued, the loop backs off,
-// so that it never spins. The first successful Accept ends the shedding.
+// held every descriptor and the queue waited for ever.) Without a spare,
+// the queue is reset without a descriptor: the listening socket stops and
+// starts listening again (accept_linux.go, resetQueue). On any other
+// error, and when nothing is queued, the loop backs off, so that it never
+// spins. The first successful Accept ends the shedding.
 //
 // Failures are logged at most once per acceptLogEvery per listener, with
 // the number of connections shed and failures not logged since the last
@@ -61,7 +63,7 @@ type acceptGuard struct {
 // reports whether it is held afterwards.
 func (g *acceptGuard) openSpareLocked() bool {
 	if g.spare == nil {
-		f, err := os.Open(os.DevNull)
+		f, err := openSpareFile()
 		if err != nil {
 			g.spent.Store(true)
 			return false
@@ -71,6 +73,10 @@ func (g *acceptGuard) openSpareLocked() bool {
 	}
 	return true
 }
+
+// openSpareFile opens a spare descriptor; tests replace it to take the
+// spare away.
+var openSpareFile = func() (*os.File, error) { return os.Open(os.DevNull) }
 
 // reacquire takes the spare descriptor back after it was given up.
 func (g *acceptGuard) reacquire() {

@@ -11,7 +11,8 @@ import (
 // spare descriptor's slot, and reports how many it reset. It gives the
 // spare up only once poll has seen a connection queued, and accepts and
 // resets in one run of system calls, so that the slot is free for as
-// short a time as the kernel allows (see the top of accept.go).
+// short a time as the kernel allows (see the top of accept.go). Without
+// the spare (lost to another socket) it resets the queue with resetQueue.
 func (g *acceptGuard) shedQueued(l net.Listener) int {
 	tl, ok := l.(*net.TCPListener)
 	if !ok {
@@ -23,34 +24,72 @@ func (g *acceptGuard) shedQueued(l net.Listener) int {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.spare == nil && !g.openSpareLocked() {
-		return 0
-	}
 	n := 0
 	_ = rc.Control(func(fd uintptr) {
 		lfd := int(fd)
 		if !queued(lfd) {
 			return
 		}
+		if g.spare == nil && !g.openSpareLocked() {
+			n = resetQueue(lfd)
+			return
+		}
 		g.spare.Close()
 		g.spare = nil
-		defer g.openSpareLocked()
 		for n < shedBatch {
 			c, _, err := unix.Accept4(lfd, unix.SOCK_CLOEXEC)
 			if errors.Is(err, unix.EINTR) || errors.Is(err, unix.ECONNABORTED) {
 				continue
 			}
 			if err != nil {
-				return // EAGAIN: drained; EMFILE: the slot was taken
+				break // EAGAIN: drained; EMFILE: the slot was taken
 			}
 			// A reset: the client must not wait on us.
 			_ = unix.SetsockoptLinger(c, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 0})
 			_ = unix.Close(c)
 			n++
 		}
+		if !g.openSpareLocked() && n == 0 {
+			n = resetQueue(lfd) // the slot was taken before the first accept
+		}
 	})
 	return n
 }
+
+// resetQueue resets every connection queued on the listening socket lfd
+// without a descriptor, for when the spare is gone, and returns how many
+// it reset. On Linux, shutdown(SHUT_RD) of a listening TCP socket stops it
+// listening and resets what its accept queue holds (inet_shutdown
+// disconnects a listener), and listen starts it again on the same socket,
+// with its address, options and backlog; a connection that arrives in
+// between is refused. A listener bound to port 0 gives its port up when
+// it stops, so it is bound again to the address it had (a listener bound
+// to a port of its own keeps it, and that bind fails harmlessly).
+func resetQueue(lfd int) int {
+	sa, err := unix.Getsockname(lfd)
+	if err != nil {
+		return 0
+	}
+	// For a listener, TCP_INFO's unacked is the accept queue's length
+	// and sacked its backlog (tcp_get_info).
+	info, err := unix.GetsockoptTCPInfo(lfd, unix.IPPROTO_TCP, unix.TCP_INFO)
+	if err != nil || info.State != tcpListen {
+		return 0
+	}
+	if unix.Shutdown(lfd, unix.SHUT_RD) != nil {
+		return 0
+	}
+	_ = unix.Bind(lfd, sa)
+	if err := unix.Listen(lfd, int(info.Sacked)); err != nil {
+		// Not listening any more: every Accept fails, and the
+		// accept loop logs it once a second.
+		return 0
+	}
+	return int(info.Unacked)
+}
+
+// tcpListen is TCP_LISTEN in TCP_INFO's state (include/net/tcp_states.h).
+const tcpListen = 10
 
 // queued reports whether a connection waits in the accept queue of the
 // listening socket fd, without allocating a descriptor.

@@ -3,6 +3,7 @@ package proxy
 import (
 	"errors"
 	"net"
+	"os"
 	"syscall"
 	"testing"
 	"time"
@@ -60,5 +61,64 @@ func TestShedKeepsTheSpareWhileNothingIsQueued(t *testing.T) {
 	}
 	if n := g.shedQueued(l); n != 0 {
 		t.Errorf("shed %d connections after the queue was drained", n)
+	}
+}
+
+// TestShedWithoutTheSpareResetsTheQueue: with the spare lost and no
+// descriptor to accept with, what is queued is reset all the same, and the
+// listener goes on listening on its address, a port-0 one included.
+func TestShedWithoutTheSpareResetsTheQueue(t *testing.T) {
+	fixed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fixedAddr := fixed.Addr().String()
+	fixed.Close()
+	for _, addr := range []string{"127.0.0.1:0", fixedAddr} {
+		t.Run(addr, func(t *testing.T) {
+			l, err := net.Listen("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			before := l.Addr().String()
+			saved := openSpareFile
+			openSpareFile = func() (*os.File, error) { return nil, syscall.EMFILE }
+			defer func() { openSpareFile = saved }()
+			var g acceptGuard
+			const queuedConns = 3
+			var clients []net.Conn
+			for range queuedConns {
+				c, err := net.Dial("tcp", before)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				clients = append(clients, c)
+			}
+			if n := g.shedQueued(l); n != queuedConns {
+				t.Fatalf("shed %d connections of %d queued, without a spare", n, queuedConns)
+			}
+			for i, c := range clients {
+				_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+				if _, err := c.Read(make([]byte, 1)); !errors.Is(err, syscall.ECONNRESET) {
+					t.Errorf("queued connection %d read %v after the shed, want a reset", i, err)
+				}
+			}
+			if got := l.Addr().String(); got != before {
+				t.Fatalf("listener moved from %s to %s", before, got)
+			}
+			c, err := net.Dial("tcp", before)
+			if err != nil {
+				t.Fatalf("dial %s after the reset: %v", before, err)
+			}
+			defer c.Close()
+			_ = l.(*net.TCPListener).SetDeadline(time.Now().Add(5 * time.Second))
+			s, err := l.Accept()
+			if err != nil {
+				t.Fatalf("accept after the reset: %v", err)
+			}
+			s.Close()
+		})
 	}
 }

@@ -81,8 +81,8 @@ type Metrics struct {
 
 	// shed counts connections refused at once to protect the process, by
 	// listener and reason: fd_exhausted (reset with the spare descriptor,
-	// accept.go) or memory_pressure (admission.go) (gozt only, TESTPLAN
-	// F21, F22).
+	// or by restarting the listen when the spare is lost, accept.go) or
+	// memory_pressure (admission.go) (gozt only, TESTPLAN F21, F22).
 	shed *prometheus.CounterVec
 
 	mu     sync.RWMutex
