@@ -36,29 +36,14 @@ func TestShedKeepsTheSpareWhileNothingIsQueued(t *testing.T) {
 	}
 
 	const queuedConns = 5
-	var clients []net.Conn
-	for range queuedConns {
-		c, err := net.Dial("tcp", l.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		clients = append(clients, c)
-	}
-	// The handshakes are complete when Dial returns: all are queued.
+	clients := queueClients(t, l.Addr().String(), queuedConns)
 	if n := g.shedQueued(l); n != queuedConns {
 		t.Fatalf("shed %d connections of %d queued", n, queuedConns)
 	}
 	if g.spare == nil {
 		t.Fatal("no spare descriptor after shedding")
 	}
-	for i, c := range clients {
-		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
-		_, err := c.Read(make([]byte, 1))
-		if !errors.Is(err, syscall.ECONNRESET) {
-			t.Errorf("queued connection %d read %v after the shed, want a reset", i, err)
-		}
-	}
+	wantResets(t, clients)
 	if n := g.shedQueued(l); n != 0 {
 		t.Errorf("shed %d connections after the queue was drained", n)
 	}
@@ -87,24 +72,11 @@ func TestShedWithoutTheSpareResetsTheQueue(t *testing.T) {
 			defer func() { openSpareFile = saved }()
 			var g acceptGuard
 			const queuedConns = 3
-			var clients []net.Conn
-			for range queuedConns {
-				c, err := net.Dial("tcp", before)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer c.Close()
-				clients = append(clients, c)
-			}
+			clients := queueClients(t, before, queuedConns)
 			if n := g.shedQueued(l); n != queuedConns {
 				t.Fatalf("shed %d connections of %d queued, without a spare", n, queuedConns)
 			}
-			for i, c := range clients {
-				_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
-				if _, err := c.Read(make([]byte, 1)); !errors.Is(err, syscall.ECONNRESET) {
-					t.Errorf("queued connection %d read %v after the shed, want a reset", i, err)
-				}
-			}
+			wantResets(t, clients)
 			if got := l.Addr().String(); got != before {
 				t.Fatalf("listener moved from %s to %s", before, got)
 			}
@@ -120,5 +92,32 @@ func TestShedWithoutTheSpareResetsTheQueue(t *testing.T) {
 			}
 			s.Close()
 		})
+	}
+}
+
+// queueClients dials addr n times; the handshakes are complete when Dial
+// returns, so all n wait in the listener's accept queue.
+func queueClients(t *testing.T, addr string, n int) []net.Conn {
+	t.Helper()
+	var clients []net.Conn
+	for range n {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		clients = append(clients, c)
+	}
+	return clients
+}
+
+// wantResets checks that each of clients reads a reset.
+func wantResets(t *testing.T, clients []net.Conn) {
+	t.Helper()
+	for i, c := range clients {
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.Read(make([]byte, 1)); !errors.Is(err, syscall.ECONNRESET) {
+			t.Errorf("queued connection %d read %v after the shed, want a reset", i, err)
+		}
 	}
 }
