@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestShedKeepsTheSpareWhileNothingIsQueued: shedding frees the spare
@@ -36,7 +38,7 @@ func TestShedKeepsTheSpareWhileNothingIsQueued(t *testing.T) {
 	}
 
 	const queuedConns = 5
-	clients := queueClients(t, l.Addr().String(), queuedConns)
+	clients := queueClients(t, l, queuedConns)
 	if n := g.shedQueued(l); n != queuedConns {
 		t.Fatalf("shed %d connections of %d queued", n, queuedConns)
 	}
@@ -72,7 +74,7 @@ func TestShedWithoutTheSpareResetsTheQueue(t *testing.T) {
 			defer func() { openSpareFile = saved }()
 			var g acceptGuard
 			const queuedConns = 3
-			clients := queueClients(t, before, queuedConns)
+			clients := queueClients(t, l, queuedConns)
 			if n := g.shedQueued(l); n != queuedConns {
 				t.Fatalf("shed %d connections of %d queued, without a spare", n, queuedConns)
 			}
@@ -95,20 +97,39 @@ func TestShedWithoutTheSpareResetsTheQueue(t *testing.T) {
 	}
 }
 
-// queueClients dials addr n times; the handshakes are complete when Dial
-// returns, so all n wait in the listener's accept queue.
-func queueClients(t *testing.T, addr string, n int) []net.Conn {
+// queueClients dials l n times and waits until all n are in its accept
+// queue (a client's Dial can return before the listener has taken its
+// last ACK, when softirqs run on their own thread).
+func queueClients(t *testing.T, l net.Listener, n int) []net.Conn {
 	t.Helper()
 	var clients []net.Conn
 	for range n {
-		c, err := net.Dial("tcp", addr)
+		c, err := net.Dial("tcp", l.Addr().String())
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { c.Close() })
 		clients = append(clients, c)
 	}
-	return clients
+	rc, err := l.(*net.TCPListener).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for start := time.Now(); ; time.Sleep(time.Millisecond) {
+		var info *unix.TCPInfo
+		var ierr error
+		if err := rc.Control(func(fd uintptr) {
+			info, ierr = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
+		}); err != nil || ierr != nil {
+			t.Fatal(err, ierr)
+		}
+		if int(info.Unacked) >= n {
+			return clients
+		}
+		if time.Since(start) > 5*time.Second {
+			t.Fatalf("accept queue holds %d connections 5s after %d dials", info.Unacked, n)
+		}
+	}
 }
 
 // wantResets checks that each of clients reads a reset.
