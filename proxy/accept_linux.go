@@ -70,22 +70,29 @@ func resetQueue(lfd int) int {
 	if err != nil {
 		return 0
 	}
-	// For a listener, TCP_INFO's unacked is the accept queue's length
-	// and sacked its backlog (tcp_get_info).
-	info, err := unix.GetsockoptTCPInfo(lfd, unix.IPPROTO_TCP, unix.TCP_INFO)
-	if err != nil || info.State != tcpListen {
-		return 0
-	}
-	if unix.Shutdown(lfd, unix.SHUT_RD) != nil {
+	n, backlog, ok := acceptQueue(lfd)
+	if !ok || unix.Shutdown(lfd, unix.SHUT_RD) != nil {
 		return 0
 	}
 	_ = unix.Bind(lfd, sa)
-	if err := unix.Listen(lfd, int(info.Sacked)); err != nil {
+	if err := unix.Listen(lfd, backlog); err != nil {
 		// Not listening any more: every Accept fails, and the
 		// accept loop logs it once a second.
 		return 0
 	}
-	return int(info.Unacked)
+	return n
+}
+
+// acceptQueue returns how many connections wait in the accept queue of the
+// listening socket lfd and its backlog, from TCP_INFO (for a listener,
+// tcp_get_info reports them as unacked and sacked); ok is false if lfd is
+// not a listening TCP socket.
+func acceptQueue(lfd int) (n, backlog int, ok bool) {
+	info, err := unix.GetsockoptTCPInfo(lfd, unix.IPPROTO_TCP, unix.TCP_INFO)
+	if err != nil || info.State != tcpListen {
+		return 0, 0, false
+	}
+	return int(info.Unacked), int(info.Sacked), true
 }
 
 // tcpListen is TCP_LISTEN in TCP_INFO's state (include/net/tcp_states.h).

@@ -168,14 +168,14 @@ func TestFDExhaustion(t *testing.T) {
 	hung, failed := 0, map[string]int{}
 	var slowest time.Duration // of the answered
 	for _, o := range outcomes {
-		if o.took > slowest && (o.err == nil || !errors.Is(o.err, os.ErrDeadlineExceeded) && !errors.Is(o.err, context.DeadlineExceeded)) {
-			slowest = o.took
+		if errors.Is(o.err, os.ErrDeadlineExceeded) || errors.Is(o.err, context.DeadlineExceeded) {
+			hung++
+			continue
 		}
+		slowest = max(slowest, o.took)
 		switch {
 		case o.err == nil:
 			open = append(open, o)
-		case errors.Is(o.err, os.ErrDeadlineExceeded) || errors.Is(o.err, context.DeadlineExceeded):
-			hung++
 		case errors.Is(o.err, syscall.ECONNRESET):
 			failed["reset"]++
 		case errors.Is(o.err, io.EOF) || errors.Is(o.err, io.ErrUnexpectedEOF):
