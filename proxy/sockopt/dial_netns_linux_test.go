@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"sync"
 	"syscall"
 	"testing"
@@ -277,4 +279,111 @@ func TestDialInNetnsConcurrent(t *testing.T) {
 		t.Error(err)
 	}
 	checkAllThreads(t, netnsInode(t))
+}
+
+// TestDialTakesAFinishedConnect: a connect that is over when connect(2)
+// returns, as every one to a loopback listener is, gives its connection
+// without waiting in the runtime poller (net.Dialer always waits there);
+// one still under way, whose first SYN is dropped, is waited for and
+// connects when the SYN is sent again.
+func TestDialTakesAFinishedConnect(t *testing.T) {
+	waits, restore := sockopt.CountConnectWaits()
+	defer restore()
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	dst := ln.Addr().(*net.TCPAddr).AddrPort()
+	for _, src := range []netip.Addr{randomLoopback(), {}} {
+		d := sockopt.Dialer(src, sockopt.Options{})
+		for range 20 {
+			c, err := sockopt.Dial(t.Context(), d, dst)
+			if err != nil {
+				t.Fatalf("Dial from %v: %v", src, err)
+			}
+			s, err := ln.Accept()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := s.RemoteAddr().String(), c.LocalAddr().String(); got != want {
+				t.Errorf("server sees %s, the dialed connection is from %s", got, want)
+			}
+			s.Close()
+			c.Close()
+		}
+	}
+	if n := waits(); n != 0 {
+		t.Errorf("%d of 40 loopback dials waited in the poller, want none", n)
+	}
+
+	nstest.RequireRoot(t, "ip", "iptables")
+	a, b := newNetns(t), newNetns(t)
+	link(t, a, []string{"10.99.6.1/24"}, b, []string{"10.99.6.2/24"})
+	bl := b.listen(t, "10.99.6.2:0")
+	defer bl.Close()
+	port := fmt.Sprint(bl.Addr().(*net.TCPAddr).Port)
+	drop := []string{"INPUT", "-p", "tcp", "--syn", "--dport", port, "-j", "DROP"}
+	b.exec(t, append([]string{"iptables", "-A"}, drop...)...)
+	// The kernel sends the SYN again after 1 s; the rule is gone by then.
+	removed := make(chan struct{})
+	go func() {
+		defer close(removed)
+		time.Sleep(200 * time.Millisecond)
+		if out, err := exec.Command("ip", append([]string{"netns", "exec", b.name, "iptables", "-D"}, drop...)...).CombinedOutput(); err != nil {
+			t.Errorf("remove the SYN-dropping rule: %v: %s", err, out)
+		}
+	}()
+	defer func() { <-removed }()
+	before := waits()
+	start := time.Now()
+	c, err := sockopt.DialInNetns(t.Context(), a.inNetnsFunc(), &net.Dialer{Timeout: 5 * time.Second}, bl.Addr().(*net.TCPAddr).AddrPort())
+	if err != nil {
+		t.Fatalf("dial with the first SYN dropped: %v", err)
+	}
+	defer c.Close()
+	if el := time.Since(start); el < 500*time.Millisecond {
+		t.Errorf("dial with the first SYN dropped took %v: the SYN was not dropped", el)
+	}
+	if n := waits() - before; n != 1 {
+		t.Errorf("the dial waited in the poller %d times, want 1", n)
+	}
+	if _, err := c.Write([]byte("x")); err != nil {
+		t.Errorf("write on the connection: %v", err)
+	}
+}
+
+// TestDialRefusesASelfConnection: a dial whose source port can only be the
+// destination's own, on the same address, is connected to itself by the
+// kernel (a simultaneous open). Dial closes such a connection and tries
+// again (which fails with EADDRNOTAVAIL while the closed one holds the
+// 4-tuple), and fails rather than return one: it would relay a client's
+// bytes back to it.
+func TestDialRefusesASelfConnection(t *testing.T) {
+	base := 40000 + rand.IntN(10000)
+	selfConnects := 0
+	for _, port := range []int{base, base + 1} {
+		dst := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(port))
+		d := withControl(sockopt.Dialer(netip.Addr{}, sockopt.Options{}), func(fd int) error {
+			return unix.SetsockoptInt(fd, unix.SOL_IP, unix.IP_LOCAL_PORT_RANGE, port|port<<16)
+		})
+		sockets := 0 // more than one: the first connected to itself
+		d = withControl(d, func(int) error { sockets++; return nil })
+		c, err := sockopt.Dial(t.Context(), d, dst)
+		if err == nil {
+			c.Close()
+			t.Fatalf("port %d: Dial connected %v to %v, want an error", port, c.LocalAddr(), c.RemoteAddr())
+		}
+		var oe *net.OpError
+		if !errors.As(err, &oe) || oe.Op != "dial" || oe.Addr.String() != dst.String() {
+			t.Errorf("port %d: error %v (%T) is not a dial *net.OpError for %v", port, err, err, dst)
+		}
+		if sockets > 1 {
+			selfConnects++
+		}
+		t.Logf("port %d: %d sockets, %v", port, sockets, err)
+	}
+	if selfConnects == 0 {
+		t.Errorf("no dial connected to itself first: the test set nothing up")
+	}
 }

@@ -231,3 +231,57 @@ func TestDialerSourceOptions(t *testing.T) {
 		})
 	}
 }
+
+// TestDialKeepAlive reads back the keep-alive settings of connections
+// sockopt.Dial makes (on Linux through net.FileConn, which turns keep-alive
+// on with Go's defaults before Dial sets what differs): every field, the
+// ones equal to Go's defaults included, and a Dialer that turns it off.
+func TestDialKeepAlive(t *testing.T) {
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	dst := ln.Addr().(*net.TCPAddr).AddrPort()
+	for _, tc := range []struct {
+		name string
+		d    func() *net.Dialer
+		want [4]int // on, idle, interval, count
+	}{
+		{"ztunnel", func() *net.Dialer {
+			return sockopt.Dialer(netip.Addr{}, sockopt.Options{KeepAlive: net.KeepAliveConfig{Enable: true, Idle: 180 * time.Second, Interval: 180 * time.Second, Count: 9}})
+		}, [4]int{1, 180, 180, 9}},
+		{"go defaults", func() *net.Dialer {
+			return sockopt.Dialer(randomLoopback(), sockopt.Options{KeepAlive: net.KeepAliveConfig{Enable: true}})
+		}, [4]int{1, 15, 15, 9}},
+		{"every field", func() *net.Dialer {
+			return sockopt.Dialer(netip.Addr{}, sockopt.Options{KeepAlive: net.KeepAliveConfig{Enable: true, Idle: 1500 * time.Millisecond, Interval: 21 * time.Second, Count: 3}})
+		}, [4]int{1, 2, 21, 3}},
+		{"dialer idle only", func() *net.Dialer { return &net.Dialer{KeepAlive: 30 * time.Second} }, [4]int{1, 30, 15, 9}},
+		{"off", func() *net.Dialer { return sockopt.Dialer(netip.Addr{}, sockopt.Options{}) }, [4]int{0, -1, -1, -1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := sockopt.Dial(t.Context(), tc.d(), dst)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			got := keepAliveOf(t, c)
+			if tc.want[0] == 0 {
+				got = [4]int{got[0], -1, -1, -1}
+			}
+			if got != tc.want {
+				t.Errorf("keep-alive (on, idle, interval, count) = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -112,23 +112,15 @@ func Dialer(src netip.Addr, o Options) *net.Dialer {
 }
 
 // Dial connects to addr with d as d.DialContext(ctx, "tcp", addr.String())
-// does. With a source address (d.LocalAddr, which Dialer sets for a valid
-// src) it skips the resolver: d.DialTCP takes both addresses as they are,
-// where DialContext formats addr, parses it back and builds an address list
-// (about a tenth of an inbound proxy's allocations per connection in gozt
-// bench's connect scenario). Without one it keeps DialContext, because
-// DialTCP binds a zero local address explicitly to 0.0.0.0:0, a bind that
-// picks a port (see Dialer), where DialContext leaves it to connect.
+// does, with what DialInNetns says about the Dialer's fields. On Linux it
+// makes the socket itself (DialInNetns in the caller's namespace), so that
+// a connect that is over when connect(2) returns, as one to a loopback,
+// local or veth-peer address usually is, takes the connection without
+// waiting for it in the runtime poller, which net.Dialer always does.
+// Elsewhere it is d's own dial, without the resolver when d has a source
+// address.
 func Dial(ctx context.Context, d *net.Dialer, addr netip.AddrPort) (*net.TCPConn, error) {
-	la, ok := d.LocalAddr.(*net.TCPAddr)
-	if !ok || la == nil {
-		c, err := d.DialContext(ctx, "tcp", addr.String())
-		if err != nil {
-			return nil, err
-		}
-		return c.(*net.TCPConn), nil
-	}
-	return d.DialTCP(ctx, "tcp", la.AddrPort(), addr)
+	return dial(ctx, d, addr)
 }
 
 // any reports whether o asks for any option to be set by a Control function.

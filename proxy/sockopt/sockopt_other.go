@@ -91,3 +91,20 @@ func HomeNetns() (*os.File, error) { return nil, errUnsupported }
 func DialInNetns(ctx context.Context, inNetns func(fn func() error) error, d *net.Dialer, addr netip.AddrPort) (*net.TCPConn, error) {
 	return nil, errUnsupported
 }
+
+// dial is Dial: d.DialTCP when d has a source address, which skips the
+// resolver (DialContext formats addr, parses it back and builds an address
+// list); otherwise DialContext, because DialTCP binds a zero local address
+// explicitly to 0.0.0.0:0, a bind that picks a port where DialContext
+// leaves it to connect (see Dialer).
+func dial(ctx context.Context, d *net.Dialer, addr netip.AddrPort) (*net.TCPConn, error) {
+	la, ok := d.LocalAddr.(*net.TCPAddr)
+	if !ok || la == nil {
+		c, err := d.DialContext(ctx, "tcp", addr.String())
+		if err != nil {
+			return nil, err
+		}
+		return c.(*net.TCPConn), nil
+	}
+	return d.DialTCP(ctx, "tcp", la.AddrPort(), addr)
+}
