@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -97,7 +98,6 @@ func selfConnected(c *net.TCPConn) bool {
 // dial is Dial on Linux: DialInNetns in the caller's own namespace, for its
 // connect that does not wait when the handshake is over already (see
 // finishConnect).
-
 func dial(ctx context.Context, d *net.Dialer, addr netip.AddrPort) (*net.TCPConn, error) {
 	return DialInNetns(ctx, runHere, d, addr)
 }
@@ -220,8 +220,8 @@ func finishConnect(ctx context.Context, fd int) (*net.TCPConn, error) {
 	if done {
 		return connectedConn(fd)
 	}
-	if testHookWaitConnect != nil {
-		testHookWaitConnect()
+	if hook := testHookWaitConnect.Load(); hook != nil {
+		(*hook)()
 	}
 	f := os.NewFile(uintptr(fd), "tcp") // non-blocking, so the runtime poller does the waiting
 	defer f.Close()
@@ -257,7 +257,7 @@ func finishConnect(ctx context.Context, fd int) (*net.TCPConn, error) {
 
 // testHookWaitConnect, if set, is called when finishConnect waits for a
 // connect in the runtime poller.
-var testHookWaitConnect func()
+var testHookWaitConnect atomic.Pointer[func()]
 
 // connectedConn returns a connection on a duplicate of fd, a connected
 // socket, and closes fd. fd is made blocking first so that os.NewFile

@@ -1,9 +1,12 @@
 package sockopt
 
+import "sync/atomic"
+
 // CountConnectWaits counts finishConnect's waits for a connect in the
 // runtime poller until restore is called.
 func CountConnectWaits() (count func() int, restore func()) {
-	n := 0
-	testHookWaitConnect = func() { n++ }
-	return func() int { return n }, func() { testHookWaitConnect = nil }
+	var n atomic.Int64
+	hook := func() { n.Add(1) }
+	testHookWaitConnect.Store(&hook)
+	return func() int { return int(n.Load()) }, func() { testHookWaitConnect.Store(nil) }
 }
