@@ -258,10 +258,8 @@ func (p *Proxy) dialLoopback(dst netip.AddrPort) (net.Conn, error) {
 	if dst.Addr().Is4() {
 		lo = netip.AddrFrom4([4]byte{127, 0, 0, 1})
 	}
-	ctx, cancel := context.WithTimeout(p.lifetime, connectTimeout)
-	defer cancel()
 	to := netip.AddrPortFrom(lo, dst.Port())
-	c, err := p.dial(ctx, lo, to)
+	c, err := p.dial(p.lifetime, lo, to) // p.dial bounds the connect (connectTimeout)
 	if err != nil {
 		return nil, fmt.Errorf("connect %s (application tunnel): %w", to, err)
 	}
@@ -294,14 +292,14 @@ func (p *Proxy) dialSpoofed(src netip.Addr, dst netip.AddrPort) (net.Conn, error
 		// listener; a local source needs no privilege.
 		bind = netip.Addr{}
 	}
-	ctx, cancel := context.WithTimeout(p.lifetime, connectTimeout)
-	defer cancel()
-	c, err := p.dial(ctx, bind, dst)
+	// p.dial bounds each connect (connectTimeout); a context of its own
+	// here would cost every dial a timer that only a waiting one needs.
+	c, err := p.dial(p.lifetime, bind, dst)
 	if err != nil && bind.IsValid() && p.cfg.Spoof == SpoofAuto && isBindError(err) {
 		// Preserving the source failed (no IP_TRANSPARENT privilege):
-		// connect without it, as ztunnel does.
+		// connect without it, as ztunnel does. The bind failed at once.
 		p.log.Debug("source-preserving dial failed; dialing without", "src", bind, "dst", dst, "error", err)
-		c, err = p.dial(ctx, netip.Addr{}, dst)
+		c, err = p.dial(p.lifetime, netip.Addr{}, dst)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("connect %s: %w", dst, err)

@@ -383,6 +383,7 @@ func (p *Proxy) listen(ctx context.Context, lc net.ListenConfig, addr string) (n
 // belongs to that namespace whatever goroutine uses it.
 func (p *Proxy) dial(ctx context.Context, src netip.Addr, addr netip.AddrPort) (net.Conn, error) {
 	d := sockopt.Dialer(src, sockopt.Options{Mark: p.cfg.Mark, KeepAlive: p.keepAlive(), UserTimeout: p.cfg.UserTimeout})
+	d.Timeout = connectTimeout // the connect's bound, set up only when it has to wait
 	var c *net.TCPConn
 	var err error
 	if p.cfg.InNetns == nil {

@@ -37,13 +37,14 @@ import (
 // falls back. Errors are *net.OpError values as net.Dialer returns, wrapping
 // the system call's errno.
 func DialInNetns(ctx context.Context, inNetns func(fn func() error) error, d *net.Dialer, addr netip.AddrPort) (*net.TCPConn, error) {
-	ctx, cancel := dialContext(ctx, d)
-	defer cancel()
 	opErr := func(err error) error {
 		return &net.OpError{Op: "dial", Net: "tcp", Source: d.LocalAddr, Addr: net.TCPAddrFromAddrPort(addr), Err: err}
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, opErr(mapCtxErr(err))
+	}
+	if !d.Deadline.IsZero() && !time.Now().Before(d.Deadline) {
+		return nil, opErr(errDialTimeout{})
 	}
 	for try := 1; ; try++ {
 		fd := -1
@@ -57,7 +58,7 @@ func DialInNetns(ctx context.Context, inNetns func(fn func() error) error, d *ne
 			}
 			return nil, opErr(err)
 		}
-		c, err := finishConnect(ctx, fd)
+		c, err := finishConnect(ctx, d, fd)
 		if err != nil {
 			return nil, opErr(err)
 		}
@@ -200,8 +201,9 @@ func sockaddr(ap netip.AddrPort, family int) (unix.Sockaddr, error) {
 }
 
 // finishConnect waits until the connect that startConnect began on fd is
-// done, and returns the connection. fd is closed either way; the
-// connection holds a duplicate of it.
+// done, within ctx and d's Timeout and Deadline, and returns the
+// connection. fd is closed either way; the connection holds a duplicate of
+// it.
 //
 // A connect to a loopback or local address, or to a veth peer such as a
 // pod on this node, has usually finished by the time connect(2) returns
@@ -211,7 +213,7 @@ func sockaddr(ap netip.AddrPort, family int) (unix.Sockaddr, error) {
 // does after EINPROGRESS, parks the goroutine and costs a wake-up of the
 // poller's thread: 1.5× the latency and CPU of a loopback dial
 // (BenchmarkDialLoopback).
-func finishConnect(ctx context.Context, fd int) (*net.TCPConn, error) {
+func finishConnect(ctx context.Context, d *net.Dialer, fd int) (*net.TCPConn, error) {
 	done, err := connected(fd)
 	if err != nil {
 		unix.Close(fd)
@@ -223,6 +225,9 @@ func finishConnect(ctx context.Context, fd int) (*net.TCPConn, error) {
 	if hook := testHookWaitConnect.Load(); hook != nil {
 		(*hook)()
 	}
+	// Only a connect that waits needs the bounded context (and its timer).
+	ctx, cancel := dialContext(ctx, d)
+	defer cancel()
 	f := os.NewFile(uintptr(fd), "tcp") // non-blocking, so the runtime poller does the waiting
 	defer f.Close()
 	if deadline, ok := ctx.Deadline(); ok {
