@@ -234,7 +234,8 @@ func BenchmarkIsLocal(b *testing.B) {
 // and the process's CPU (user and system, the server's share included) per
 // dial for each, and their ratios x-net and cpu-x-net. On loopback the
 // handshake is over when connect(2) returns, and net.Dialer still parks the
-// goroutine to wait for writability.
+// goroutine to wait for writability; Dial connects in Control and asks the
+// socket first.
 func BenchmarkDialLoopback(b *testing.B) {
 	ln, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {

@@ -281,11 +281,15 @@ func TestDialInNetnsConcurrent(t *testing.T) {
 	checkAllThreads(t, netnsInode(t))
 }
 
-// TestDialTakesAFinishedConnect: a connect that is over when connect(2)
-// returns, as every one to a loopback listener is, gives its connection
-// without waiting in the runtime poller (net.Dialer always waits there);
-// one still under way, whose first SYN is dropped, is waited for and
-// connects when the SYN is sent again.
+// here dials with DialInNetns in the test's own namespace.
+func here(fn func() error) error { return fn() }
+
+// TestDialTakesAFinishedConnect: with DialInNetns, a connect that is over
+// when connect(2) returns, as every one to a loopback listener is, gives
+// its connection without waiting in the runtime poller (net.Dialer always
+// waits there); one still under way, whose first SYN is dropped, is waited
+// for and connects when the SYN is sent again. (sockopt.Dial's connect in
+// Control has no such hook: BenchmarkDialLoopback measures it.)
 func TestDialTakesAFinishedConnect(t *testing.T) {
 	waits, restore := sockopt.CountConnectWaits()
 	defer restore()
@@ -298,9 +302,9 @@ func TestDialTakesAFinishedConnect(t *testing.T) {
 	for _, src := range []netip.Addr{randomLoopback(), {}} {
 		d := sockopt.Dialer(src, sockopt.Options{})
 		for range 20 {
-			c, err := sockopt.Dial(t.Context(), d, dst)
+			c, err := sockopt.DialInNetns(t.Context(), here, d, dst)
 			if err != nil {
-				t.Fatalf("Dial from %v: %v", src, err)
+				t.Fatalf("DialInNetns from %v: %v", src, err)
 			}
 			s, err := ln.Accept()
 			if err != nil {
@@ -355,35 +359,47 @@ func TestDialTakesAFinishedConnect(t *testing.T) {
 
 // TestDialRefusesASelfConnection: a dial whose source port can only be the
 // destination's own, on the same address, is connected to itself by the
-// kernel (a simultaneous open). Dial closes such a connection and tries
-// again (which fails with EADDRNOTAVAIL while the closed one holds the
-// 4-tuple), and fails rather than return one: it would relay a client's
-// bytes back to it.
+// kernel (a simultaneous open). Dial (net.Dialer's redial) and DialInNetns
+// (its own) close such a connection and try again (which fails with
+// EADDRNOTAVAIL while the closed one holds the 4-tuple), and fail rather
+// than return one: it would relay a client's bytes back to it.
 func TestDialRefusesASelfConnection(t *testing.T) {
-	base := 40000 + rand.IntN(10000)
-	selfConnects := 0
-	for _, port := range []int{base, base + 1} {
-		dst := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(port))
-		d := withControl(sockopt.Dialer(netip.Addr{}, sockopt.Options{}), func(fd int) error {
-			return unix.SetsockoptInt(fd, unix.SOL_IP, unix.IP_LOCAL_PORT_RANGE, port|port<<16)
+	for _, dial := range []struct {
+		name string
+		fn   func(ctx context.Context, d *net.Dialer, dst netip.AddrPort) (*net.TCPConn, error)
+	}{
+		{"Dial", sockopt.Dial},
+		{"DialInNetns", func(ctx context.Context, d *net.Dialer, dst netip.AddrPort) (*net.TCPConn, error) {
+			return sockopt.DialInNetns(ctx, here, d, dst)
+		}},
+	} {
+		t.Run(dial.name, func(t *testing.T) {
+			base := 40000 + rand.IntN(10000)
+			selfConnects := 0
+			for _, port := range []int{base, base + 1} {
+				dst := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(port))
+				d := withControl(sockopt.Dialer(netip.Addr{}, sockopt.Options{}), func(fd int) error {
+					return unix.SetsockoptInt(fd, unix.SOL_IP, unix.IP_LOCAL_PORT_RANGE, port|port<<16)
+				})
+				sockets := 0 // more than one: the first connected to itself
+				d = withControl(d, func(int) error { sockets++; return nil })
+				c, err := dial.fn(t.Context(), d, dst)
+				if err == nil {
+					c.Close()
+					t.Fatalf("port %d: connected %v to %v, want an error", port, c.LocalAddr(), c.RemoteAddr())
+				}
+				var oe *net.OpError
+				if !errors.As(err, &oe) || oe.Op != "dial" || oe.Addr.String() != dst.String() {
+					t.Errorf("port %d: error %v (%T) is not a dial *net.OpError for %v", port, err, err, dst)
+				}
+				if sockets > 1 {
+					selfConnects++
+				}
+				t.Logf("port %d: %d sockets, %v", port, sockets, err)
+			}
+			if selfConnects == 0 {
+				t.Errorf("no dial connected to itself first: the test set nothing up")
+			}
 		})
-		sockets := 0 // more than one: the first connected to itself
-		d = withControl(d, func(int) error { sockets++; return nil })
-		c, err := sockopt.Dial(t.Context(), d, dst)
-		if err == nil {
-			c.Close()
-			t.Fatalf("port %d: Dial connected %v to %v, want an error", port, c.LocalAddr(), c.RemoteAddr())
-		}
-		var oe *net.OpError
-		if !errors.As(err, &oe) || oe.Op != "dial" || oe.Addr.String() != dst.String() {
-			t.Errorf("port %d: error %v (%T) is not a dial *net.OpError for %v", port, err, err, dst)
-		}
-		if sockets > 1 {
-			selfConnects++
-		}
-		t.Logf("port %d: %d sockets, %v", port, sockets, err)
-	}
-	if selfConnects == 0 {
-		t.Errorf("no dial connected to itself first: the test set nothing up")
 	}
 }

@@ -233,9 +233,10 @@ func TestDialerSourceOptions(t *testing.T) {
 }
 
 // TestDialKeepAlive reads back the keep-alive settings of connections
-// sockopt.Dial makes (on Linux through net.FileConn, which turns keep-alive
-// on with Go's defaults before Dial sets what differs): every field, the
-// ones equal to Go's defaults included, and a Dialer that turns it off.
+// sockopt.Dial and DialInNetns make (the latter through net.FileConn, which
+// turns keep-alive on with Go's defaults before DialInNetns sets what
+// differs): every field, the ones equal to Go's defaults included, and a
+// Dialer that turns it off.
 func TestDialKeepAlive(t *testing.T) {
 	ln, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
@@ -269,19 +270,29 @@ func TestDialKeepAlive(t *testing.T) {
 		{"dialer idle only", func() *net.Dialer { return &net.Dialer{KeepAlive: 30 * time.Second} }, [4]int{1, 30, 15, 9}},
 		{"off", func() *net.Dialer { return sockopt.Dialer(netip.Addr{}, sockopt.Options{}) }, [4]int{0, -1, -1, -1}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			c, err := sockopt.Dial(t.Context(), tc.d(), dst)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			got := keepAliveOf(t, c)
-			if tc.want[0] == 0 {
-				got = [4]int{got[0], -1, -1, -1}
-			}
-			if got != tc.want {
-				t.Errorf("keep-alive (on, idle, interval, count) = %v, want %v", got, tc.want)
-			}
-		})
+		for _, dial := range []struct {
+			name string
+			fn   func(ctx context.Context, d *net.Dialer, dst netip.AddrPort) (*net.TCPConn, error)
+		}{
+			{"Dial", sockopt.Dial},
+			{"DialInNetns", func(ctx context.Context, d *net.Dialer, dst netip.AddrPort) (*net.TCPConn, error) {
+				return sockopt.DialInNetns(ctx, func(fn func() error) error { return fn() }, d, dst)
+			}},
+		} {
+			t.Run(dial.name+"/"+tc.name, func(t *testing.T) {
+				c, err := dial.fn(t.Context(), tc.d(), dst)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				got := keepAliveOf(t, c)
+				if tc.want[0] == 0 {
+					got = [4]int{got[0], -1, -1, -1}
+				}
+				if got != tc.want {
+					t.Errorf("keep-alive (on, idle, interval, count) = %v, want %v", got, tc.want)
+				}
+			})
+		}
 	}
 }

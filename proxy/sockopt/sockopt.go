@@ -112,13 +112,12 @@ func Dialer(src netip.Addr, o Options) *net.Dialer {
 }
 
 // Dial connects to addr with d as d.DialContext(ctx, "tcp", addr.String())
-// does, with what DialInNetns says about the Dialer's fields. On Linux it
-// makes the socket itself (DialInNetns in the caller's namespace), so that
-// a connect that is over when connect(2) returns, as one to a loopback,
-// local or veth-peer address usually is, takes the connection without
-// waiting for it in the runtime poller, which net.Dialer always does.
-// Elsewhere it is d's own dial, without the resolver when d has a source
-// address.
+// does. On Linux d's Control is followed by a bind and the connect, and the
+// socket is asked whether the handshake is over, so that a connect that
+// finished inside connect(2), as one to a loopback, local or veth-peer
+// address usually does, is not waited for in the runtime poller, which
+// net.Dialer always does (dial in dial_netns_linux.go). Elsewhere it is d's
+// own dial, without the resolver when d has a source address.
 func Dial(ctx context.Context, d *net.Dialer, addr netip.AddrPort) (*net.TCPConn, error) {
 	return dial(ctx, d, addr)
 }
