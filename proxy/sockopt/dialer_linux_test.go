@@ -242,16 +242,8 @@ func TestDialKeepAlive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	srv := newSinkServer(ln)
+	defer srv.close()
 	dst := ln.Addr().(*net.TCPAddr).AddrPort()
 	for _, tc := range []struct {
 		name string
