@@ -139,35 +139,30 @@ func dial(ctx context.Context, d *net.Dialer, addr netip.AddrPort) (*net.TCPConn
 }
 
 // connectNow binds fd, a socket for network ("tcp4" or "tcp6"), to src if
-// valid, and starts connecting it to dst. It returns nil once the connect
-// is over or under way, and the connect's error if it failed at once.
+// valid, starts connecting it to dst and asks whether the handshake is
+// over. It returns nil once the connect is over or under way (net's connect
+// takes it from there), and the connect's error if it failed already.
 func connectNow(fd int, network string, src, dst netip.AddrPort) error {
 	family := unix.AF_INET
 	if network == "tcp6" {
 		family = unix.AF_INET6
 	}
+	var ssa unix.Sockaddr
 	if src.IsValid() {
-		sa, err := sockaddr(src, family)
-		if err != nil {
+		var err error
+		if ssa, err = sockaddr(src, family); err != nil {
 			return err
 		}
-		if err := unix.Bind(fd, sa); err != nil {
-			return os.NewSyscallError("bind", err)
-		}
 	}
-	sa, err := sockaddr(dst, family)
+	dsa, err := sockaddr(dst, family)
 	if err != nil {
 		return err
 	}
-	switch err := unix.Connect(fd, sa); err {
-	case nil:
-		return nil
-	case unix.EINPROGRESS, unix.EALREADY, unix.EINTR:
-		_, err := connected(fd) // done or not, net's connect takes it from here
+	if err := bindConnect(fd, ssa, dsa); err != nil {
 		return err
-	default:
-		return os.NewSyscallError("connect", err)
 	}
+	_, err = connected(fd)
+	return err
 }
 
 // dialContext returns ctx bounded by d's Timeout and Deadline, as
@@ -224,16 +219,27 @@ func startConnect(d *net.Dialer, addr netip.AddrPort) (fd int, err error) {
 			return -1, err
 		}
 	}
+	if err := bindConnect(fd, src, dst); err != nil {
+		return -1, err
+	}
+	return fd, nil
+}
+
+// bindConnect binds fd to src, if not nil, and starts connecting it to dst.
+// It returns nil once the connect is over or under way (a non-blocking
+// socket's EINPROGRESS), and the error of a bind or connect that failed at
+// once.
+func bindConnect(fd int, src, dst unix.Sockaddr) error {
 	if src != nil {
 		if err := unix.Bind(fd, src); err != nil {
-			return -1, os.NewSyscallError("bind", err)
+			return os.NewSyscallError("bind", err)
 		}
 	}
 	switch err := unix.Connect(fd, dst); err {
 	case nil, unix.EINPROGRESS, unix.EALREADY, unix.EINTR:
-		return fd, nil
+		return nil
 	default:
-		return -1, os.NewSyscallError("connect", err)
+		return os.NewSyscallError("connect", err)
 	}
 }
 
