@@ -57,6 +57,19 @@ func (s *sinkServer) acceptLoop() {
 	}
 }
 
+// loopbackSink starts a sink server on 127.0.0.1, stopped when tb's test
+// ends, and returns its address.
+func loopbackSink(tb testing.TB) netip.AddrPort {
+	tb.Helper()
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	srv := newSinkServer(ln)
+	tb.Cleanup(srv.close)
+	return ln.Addr().(*net.TCPAddr).AddrPort()
+}
+
 // close stops the server and waits for its goroutines.
 func (s *sinkServer) close() {
 	s.ln.Close()
@@ -149,15 +162,10 @@ func BenchmarkDialSpoofedSource(b *testing.B) {
 }
 
 func benchDialLocal(b *testing.B, warmup int) {
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	srv := newSinkServer(ln)
-	defer srv.close()
+	addr := loopbackSink(b)
 	d := sockopt.Dialer(randomLoopback(), sockopt.Options{})
 	base := sockopt.Dialer(netip.Addr{}, sockopt.Options{})
-	if err := benchDialVs(b, warmup, d, base, ln.Addr().String()); err != nil {
+	if err := benchDialVs(b, warmup, d, base, addr.String()); err != nil {
 		b.Fatal(err)
 	}
 }
@@ -182,14 +190,8 @@ func benchDialNonlocal(b *testing.B, warmup int) {
 // BenchmarkDialUnbound times connect + close with a Dialer that binds no
 // source address, the baseline of BenchmarkDialSpoofedSource.
 func BenchmarkDialUnbound(b *testing.B) {
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	srv := newSinkServer(ln)
-	defer srv.close()
+	addr := loopbackSink(b).String()
 	d := sockopt.Dialer(netip.Addr{}, sockopt.Options{})
-	addr := ln.Addr().String()
 	for b.Loop() {
 		if err := dialClose(d, addr); err != nil {
 			b.Fatal(err)
@@ -205,15 +207,10 @@ func BenchmarkIsLocal(b *testing.B) {
 		b.Run(fmt.Sprintf("after-%d", warmup), func(b *testing.B) {
 			src := randomLoopback()
 			if warmup > 0 {
-				ln, err := net.Listen("tcp4", "127.0.0.1:0")
-				if err != nil {
-					b.Fatal(err)
-				}
-				srv := newSinkServer(ln)
-				defer srv.close()
+				addr := loopbackSink(b).String()
 				d := sockopt.Dialer(src, sockopt.Options{})
 				for range warmup {
-					if err := dialClose(d, ln.Addr().String()); err != nil {
+					if err := dialClose(d, addr); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -237,13 +234,7 @@ func BenchmarkIsLocal(b *testing.B) {
 // goroutine to wait for writability; Dial connects in Control and asks the
 // socket first.
 func BenchmarkDialLoopback(b *testing.B) {
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	srv := newSinkServer(ln)
-	defer srv.close()
-	dst := ln.Addr().(*net.TCPAddr).AddrPort()
+	dst := loopbackSink(b)
 	opts := sockopt.Options{KeepAlive: net.KeepAliveConfig{Enable: true, Idle: 180 * time.Second, Interval: 180 * time.Second, Count: 9}}
 	// Two fresh source addresses, so that neither's TIME_WAIT sockets slow
 	// the other's connects.

@@ -238,13 +238,7 @@ func TestDialerSourceOptions(t *testing.T) {
 // differs): every field, the ones equal to Go's defaults included, and a
 // Dialer that turns it off.
 func TestDialKeepAlive(t *testing.T) {
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := newSinkServer(ln)
-	defer srv.close()
-	dst := ln.Addr().(*net.TCPAddr).AddrPort()
+	dst := loopbackSink(t)
 	for _, tc := range []struct {
 		name string
 		d    func() *net.Dialer
