@@ -163,7 +163,7 @@ func (g *goztRole) startProxies(ctx context.Context, uids []string, poolMax int)
 			PoolMaxStreams: poolMax,
 		}
 		if g.netns != nil {
-			cfg.InNetns = g.netns.Run
+			cfg.InNetns = g.netns.Enter
 		}
 		p, err := proxy.New(cfg)
 		if err != nil {

@@ -36,7 +36,7 @@ func TestHBONEConnectTimeoutFlag(t *testing.T) {
 	p, err := New(Config{
 		WorkloadUID: "w", Store: state.NewStore(state.Config{}), Certs: issuedCerts{ca},
 		Metrics: NewMetrics(prometheus.NewRegistry()),
-		InNetns: func(fn func() error) error { return sockopt.InNetns("/run/netns/"+ns, fn) },
+		InNetns: sockopt.InNetnsPath("/run/netns/" + ns),
 	})
 	if err != nil {
 		t.Fatal(err)

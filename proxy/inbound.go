@@ -321,7 +321,7 @@ func (p *Proxy) isLocal(ip netip.Addr) bool {
 		return sockopt.IsLocal(ip)
 	}
 	local := false
-	_ = p.cfg.InNetns(func() error {
+	_ = p.cfg.InNetns.Run(func() error {
 		local = sockopt.IsLocal(ip)
 		return nil
 	})

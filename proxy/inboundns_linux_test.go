@@ -12,6 +12,7 @@ import (
 	"github.com/gozt/gozt/certs/identity"
 	"github.com/gozt/gozt/certs/localca"
 	"github.com/gozt/gozt/hbone"
+	"github.com/gozt/gozt/proxy/sockopt"
 	"github.com/gozt/gozt/proxy/state"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -20,7 +21,7 @@ import (
 // ns/server at ip, whose sockets inNetns makes in a network namespace, and
 // returns an HBONE client connection to its 15008 with a client identity of
 // the same CA, made within ctx, and the proxy. Both end with the test.
-func startInboundInNetns(t *testing.T, ctx context.Context, ip string, inNetns func(func() error) error) (*hbone.ClientConn, *Proxy) {
+func startInboundInNetns(t *testing.T, ctx context.Context, ip string, inNetns sockopt.InNetnsFunc) (*hbone.ClientConn, *Proxy) {
 	t.Helper()
 	ca, err := localca.New(localca.Config{})
 	if err != nil {
@@ -44,7 +45,7 @@ func startInboundInNetns(t *testing.T, ctx context.Context, ip string, inNetns f
 		t.Fatal(err)
 	}
 	var raw net.Conn
-	if err := inNetns(func() (err error) { raw, err = net.Dial("tcp", ip+":15008"); return err }); err != nil {
+	if err := inNetns.Run(func() (err error) { raw, err = net.Dial("tcp", ip+":15008"); return err }); err != nil {
 		t.Fatal(err)
 	}
 	cc, err := hbone.NewClientConn(ctx, tls.Client(raw, certs.ClientConfig(cert, []string{id.String()})), hbone.Config{})

@@ -99,12 +99,12 @@ func TestNetemNoCorruption(t *testing.T) {
 	nstest.Run(t, "ip", "-n", ns, "link", "set", "v0", "up")
 	nstest.Run(t, "ip", "-n", ns, "link", "set", "v1", "up")
 	impairment := impairLoopback(t, ns)
-	inNetns := func(fn func() error) error { return sockopt.InNetns("/run/netns/"+ns, fn) }
+	inNetns := sockopt.InNetnsPath("/run/netns/" + ns)
 
 	// The application: reads a stream id, checks the client's stream
 	// while it sends its own, reports out of band.
 	var appLn net.Listener
-	if err := inNetns(func() (err error) { appLn, err = net.Listen("tcp", ip+":8080"); return err }); err != nil {
+	if err := inNetns.Run(func() (err error) { appLn, err = net.Listen("tcp", ip+":8080"); return err }); err != nil {
 		t.Fatal(err)
 	}
 	appResults := make(chan error, streams)

@@ -70,10 +70,11 @@ type Config struct {
 	// of BindAddr: 127.0.0.1 in `gozt proxy`, as ztunnel binds it, so the
 	// unauthenticated proxy never faces the network.
 	SOCKS5Addr netip.Addr
-	// InNetns, if non-nil, runs fn inside the network namespace this proxy
-	// serves (a pod's, in shared mode, SPEC §1.3): every listener and every
-	// upstream socket is created inside it. Nil means the current one.
-	InNetns func(fn func() error) error
+	// InNetns, if non-nil, runs functions inside the network namespace
+	// this proxy serves (a pod's, in shared mode, SPEC §1.3): every
+	// listener and every upstream socket is created inside it. Nil means
+	// the current one.
+	InNetns sockopt.InNetnsFunc
 	// InboundOnly binds only the inbound HBONE listener (15008): shared
 	// mode's self-proxy, which serves gozt's own identity (SPEC §1.3).
 	InboundOnly bool
@@ -366,7 +367,7 @@ func (p *Proxy) listen(ctx context.Context, lc net.ListenConfig, addr string) (n
 		return lc.Listen(ctx, "tcp", addr)
 	}
 	var l net.Listener
-	err := p.cfg.InNetns(func() (err error) {
+	err := p.cfg.InNetns.Run(func() (err error) {
 		l, err = lc.Listen(ctx, "tcp", addr)
 		return err
 	})
@@ -376,8 +377,8 @@ func (p *Proxy) listen(ctx context.Context, lc net.ListenConfig, addr string) (n
 // dial connects an upstream socket to addr from src (if valid), inside the
 // proxy's network namespace, with the mark and keep-alive of every upstream
 // socket. In a pod's namespace only the socket is made there (bound, its
-// connect started); the connect is waited for on the caller's goroutine
-// outside it, so no thread stays in the pod's namespace for the round trip
+// connect started); a connect that has to wait is waited for outside it,
+// so no thread stays locked in the pod's namespace for the round trip
 // (gozt bench's shared scenario: 0.85× dedicated connect rate when the
 // whole dial ran in the namespace, 0.91× this way). Once made the socket
 // belongs to that namespace whatever goroutine uses it.

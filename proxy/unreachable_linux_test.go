@@ -38,10 +38,10 @@ func TestDestinationUnreachable(t *testing.T) {
 	nstest.Run(t, "ip", "-n", ns, "link", "set", "v0", "up")
 	nstest.Run(t, "ip", "-n", ns, "link", "set", "v1", "up")
 	nstest.Run(t, "ip", "netns", "exec", ns, "iptables", "-A", "OUTPUT", "-p", "tcp", "-d", ip, "--dport", "9999", "-j", "DROP")
-	inNetns := func(fn func() error) error { return sockopt.InNetns("/run/netns/"+ns, fn) }
+	inNetns := sockopt.InNetnsPath("/run/netns/" + ns)
 
 	var echoLn net.Listener
-	if err := inNetns(func() (err error) { echoLn, err = net.Listen("tcp", ip+":8080"); return err }); err != nil {
+	if err := inNetns.Run(func() (err error) { echoLn, err = net.Listen("tcp", ip+":8080"); return err }); err != nil {
 		t.Fatal(err)
 	}
 	// Its cleanup runs after the proxy's (started below), which closes the

@@ -37,10 +37,10 @@ type ServerConfig struct {
 	Local func(ctx context.Context) (*state.Snapshot, *state.Workload)
 	// Addrs are the addresses to listen on, each over UDP and TCP.
 	Addrs []netip.AddrPort
-	// InNetns, if non-nil, runs fn inside the workload's network namespace:
-	// the listeners and every upstream socket are made there (shared
-	// mode). Nil means the current one.
-	InNetns func(fn func() error) error
+	// InNetns, if non-nil, runs functions inside the workload's network
+	// namespace: the listeners and every upstream socket are made there
+	// (shared mode). Nil means the current one.
+	InNetns sockopt.InNetnsFunc
 	// Mark, if non-zero, is set as SO_MARK on the listeners and upstream
 	// sockets, so the pod's redirect rules skip them.
 	Mark uint32
@@ -191,7 +191,7 @@ func (s *Server) inNetns(fn func() error) error {
 	if s.cfg.InNetns == nil {
 		return fn()
 	}
-	return s.cfg.InNetns(fn)
+	return s.cfg.InNetns.Run(fn)
 }
 
 // Addrs returns the bound UDP and TCP addresses.
@@ -328,7 +328,7 @@ func (s *Server) dial(ctx context.Context, network string, addr netip.AddrPort) 
 		return c, nil
 	}
 	var c net.Conn
-	err := s.cfg.InNetns(func() (err error) {
+	err := s.cfg.InNetns.Run(func() (err error) {
 		c, err = d.DialContext(ctx, network, addr.String())
 		return err
 	})

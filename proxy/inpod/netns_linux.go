@@ -41,10 +41,16 @@ func NewNetns(f *os.File) (*Netns, error) {
 }
 
 // Run calls fn on a thread inside the namespace and returns fn's error
-// (sockopt.InNetnsFDHome, returning the thread to the process's own
+// (sockopt.EnterNetnsFDHome, returning the thread to the process's own
 // namespace as opened by NewNetns): sockets fn creates stay in the
 // namespace, goroutines it starts do not. It needs CAP_SYS_ADMIN.
 func (n *Netns) Run(fn func() error) error {
+	return n.Enter(func(func() error) error { return fn() })
+}
+
+// Enter is Run for a fn that may leave the namespace before it returns, as
+// a sockopt.InNetnsFunc's may.
+func (n *Netns) Enter(fn func(leave func() error) error) error {
 	rc, err := n.f.SyscallConn()
 	if err != nil {
 		return wrapErr(fmt.Errorf("netns fd: %w", err))
@@ -57,7 +63,7 @@ func (n *Netns) Run(fn func() error) error {
 	// recycle a descriptor number under setns.
 	var runErr error
 	err = rc.Control(func(fd uintptr) {
-		herr := hc.Control(func(home uintptr) { runErr = sockopt.InNetnsFDHome(int(fd), int(home), fn) })
+		herr := hc.Control(func(home uintptr) { runErr = sockopt.EnterNetnsFDHome(int(fd), int(home), fn) })
 		if herr != nil {
 			runErr = wrapErr(fmt.Errorf("own netns fd: %w", herr))
 		}

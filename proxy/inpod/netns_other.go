@@ -18,3 +18,7 @@ func NewNetns(f *os.File) (*Netns, error) {
 // Run is Linux-only; elsewhere it returns an error wrapping
 // errors.ErrUnsupported without calling fn.
 func (n *Netns) Run(fn func() error) error { return errUnsupported }
+
+// Enter is Linux-only; elsewhere it returns an error wrapping
+// errors.ErrUnsupported without calling fn.
+func (n *Netns) Enter(fn func(leave func() error) error) error { return errUnsupported }

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -280,4 +281,59 @@ func processCPU(b *testing.B) time.Duration {
 		b.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkDialInNetns measures a shared-mode dial, DialInNetns into a
+// network namespace of its own to a listener on that namespace's loopback
+// (as an inbound proxy dials its pod's workload), interleaved with Dial
+// from the process's own namespace to its loopback: "x-dial" and
+// "cpu-x-dial" are what entering and leaving the namespace cost on top.
+func BenchmarkDialInNetns(b *testing.B) {
+	nstest.RequireRoot(b, "ip")
+	ns := newNetns(b)
+	ns.exec(b, "ip", "link", "set", "lo", "up")
+	f, err := os.Open(ns.path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	home, err := sockopt.HomeNetns()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer home.Close()
+	enter := func(fn func(leave func() error) error) error {
+		return sockopt.EnterNetnsFDHome(int(f.Fd()), int(home.Fd()), fn)
+	}
+	var inside net.Listener
+	ns.in(b, func() (err error) { inside, err = net.Listen("tcp4", "127.0.0.1:0"); return err })
+	b.Cleanup(newSinkServer(inside).close)
+	opts := sockopt.Options{KeepAlive: net.KeepAliveConfig{Enable: true, Idle: 180 * time.Second, Interval: 180 * time.Second, Count: 9}}
+	d := sockopt.Dialer(netip.Addr{}, opts)
+	nsDst, dst := inside.Addr().(*net.TCPAddr).AddrPort(), loopbackSink(b)
+	dials := [2]func() (*net.TCPConn, error){
+		func() (*net.TCPConn, error) { return sockopt.DialInNetns(context.Background(), enter, d, nsDst) },
+		func() (*net.TCPConn, error) { return sockopt.Dial(context.Background(), d, dst) },
+	}
+	var took, cpu [2]time.Duration
+	turn := 0
+	for b.Loop() {
+		turn++
+		for k := range 2 {
+			i := (k + turn) % 2
+			c0, t0 := processCPU(b), time.Now()
+			c, err := dials[i]()
+			if err != nil {
+				b.Fatal(err)
+			}
+			took[i] += time.Since(t0)
+			c.Close()
+			cpu[i] += processCPU(b) - c0
+		}
+	}
+	n := float64(turn)
+	b.ReportMetric(float64(took[0].Nanoseconds())/n, "ns/dial")
+	b.ReportMetric(float64(cpu[0].Nanoseconds())/n, "cpu-ns/dial")
+	b.ReportMetric(float64(took[0])/float64(took[1]), "x-dial")
+	b.ReportMetric(float64(cpu[0])/float64(cpu[1]), "cpu-x-dial")
 }

@@ -20,10 +20,8 @@ import (
 	"github.com/gozt/gozt/proxy/sockopt"
 )
 
-// inNetnsFunc returns ns's InNetns as the function DialInNetns takes.
-func (ns netns) inNetnsFunc() func(fn func() error) error {
-	return func(fn func() error) error { return sockopt.InNetns(ns.path, fn) }
-}
+// inNetnsFunc returns ns's InNetnsFunc.
+func (ns netns) inNetnsFunc() sockopt.InNetnsFunc { return sockopt.InNetnsPath(ns.path) }
 
 // socketNetns returns the inode of the network namespace socket c belongs
 // to (SIOCGSKNS).
@@ -172,7 +170,7 @@ func TestDialInNetnsErrors(t *testing.T) {
 		name    string
 		ctx     func() (context.Context, context.CancelFunc)
 		d       *net.Dialer
-		inNetns func(fn func() error) error
+		inNetns sockopt.InNetnsFunc
 		dst     netip.AddrPort
 		check   func(error) bool
 	}{
@@ -190,9 +188,9 @@ func TestDialInNetnsErrors(t *testing.T) {
 			return ctx, cancel
 		}, &net.Dialer{}, nil, blackhole, func(err error) bool { return errors.Is(err, context.Canceled) }},
 		{"cancelled before", func() (context.Context, context.CancelFunc) { return cancelled, func() {} },
-			&net.Dialer{}, func(func() error) error { panic("inNetns called with a cancelled context") }, refused,
+			&net.Dialer{}, func(func(func() error) error) error { panic("inNetns called with a cancelled context") }, refused,
 			func(err error) bool { return errors.Is(err, context.Canceled) }},
-		{"inNetns fails", nil, &net.Dialer{}, func(func() error) error { return errInNetns }, refused,
+		{"inNetns fails", nil, &net.Dialer{}, func(func(func() error) error) error { return errInNetns }, refused,
 			func(err error) bool { return errors.Is(err, errInNetns) }},
 		{"control fails", nil, &net.Dialer{Control: func(string, string, syscall.RawConn) error { return errInNetns }}, nil, refused,
 			func(err error) bool { return errors.Is(err, errInNetns) }},
@@ -228,10 +226,12 @@ func TestDialInNetnsErrors(t *testing.T) {
 	}
 }
 
-// isTimeout reports whether err is a dial timeout as net.Dialer reports it.
+// isTimeout reports whether err is a dial timeout as net.Dialer reports it
+// (for a ctx deadline, an error that is context.DeadlineExceeded; for the
+// Dialer's Timeout, os.ErrDeadlineExceeded).
 func isTimeout(err error) bool {
 	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout() && errors.Is(err, os.ErrDeadlineExceeded) && errors.Is(err, context.DeadlineExceeded)
+	return errors.As(err, &ne) && ne.Timeout() && (errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded))
 }
 
 // TestDialInNetnsConcurrent dials from many goroutines at once; every
@@ -282,14 +282,13 @@ func TestDialInNetnsConcurrent(t *testing.T) {
 }
 
 // here dials with DialInNetns in the test's own namespace.
-func here(fn func() error) error { return fn() }
+func here(fn func(leave func() error) error) error { return fn(func() error { return nil }) }
 
-// TestDialTakesAFinishedConnect: with DialInNetns, a connect that is over
-// when connect(2) returns, as every one to a loopback listener is, gives
-// its connection without waiting in the runtime poller (net.Dialer always
-// waits there); one still under way, whose first SYN is dropped, is waited
-// for and connects when the SYN is sent again. (sockopt.Dial's connect in
-// Control has no such hook: BenchmarkDialLoopback measures it.)
+// TestDialTakesAFinishedConnect: with Dial and DialInNetns, a connect that
+// is over when connect(2) returns, as every one to a loopback listener is,
+// is not left for net.Dialer to wait for in the runtime poller (which it
+// would always do); one still under way, whose first SYN is dropped, is
+// waited for and connects when the SYN is sent again.
 func TestDialTakesAFinishedConnect(t *testing.T) {
 	waits, restore := sockopt.CountConnectWaits()
 	defer restore()
@@ -299,26 +298,34 @@ func TestDialTakesAFinishedConnect(t *testing.T) {
 	}
 	defer ln.Close()
 	dst := ln.Addr().(*net.TCPAddr).AddrPort()
-	for _, src := range []netip.Addr{randomLoopback(), {}} {
-		d := sockopt.Dialer(src, sockopt.Options{})
-		for range 20 {
-			c, err := sockopt.DialInNetns(t.Context(), here, d, dst)
-			if err != nil {
-				t.Fatalf("DialInNetns from %v: %v", src, err)
+	dials := map[string]func(ctx context.Context, d *net.Dialer, dst netip.AddrPort) (*net.TCPConn, error){
+		"Dial": sockopt.Dial,
+		"DialInNetns": func(ctx context.Context, d *net.Dialer, dst netip.AddrPort) (*net.TCPConn, error) {
+			return sockopt.DialInNetns(ctx, here, d, dst)
+		},
+	}
+	for name, dial := range dials {
+		for _, src := range []netip.Addr{randomLoopback(), {}} {
+			d := sockopt.Dialer(src, sockopt.Options{})
+			for range 20 {
+				c, err := dial(t.Context(), d, dst)
+				if err != nil {
+					t.Fatalf("%s from %v: %v", name, src, err)
+				}
+				s, err := ln.Accept()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got, want := s.RemoteAddr().String(), c.LocalAddr().String(); got != want {
+					t.Errorf("server sees %s, the dialed connection is from %s", got, want)
+				}
+				s.Close()
+				c.Close()
 			}
-			s, err := ln.Accept()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got, want := s.RemoteAddr().String(), c.LocalAddr().String(); got != want {
-				t.Errorf("server sees %s, the dialed connection is from %s", got, want)
-			}
-			s.Close()
-			c.Close()
 		}
 	}
 	if n := waits(); n != 0 {
-		t.Errorf("%d of 40 loopback dials waited in the poller, want none", n)
+		t.Errorf("%d of 80 loopback dials waited in the poller, want none", n)
 	}
 
 	nstest.RequireRoot(t, "ip", "iptables")
@@ -402,4 +409,126 @@ func TestDialRefusesASelfConnection(t *testing.T) {
 			}
 		})
 	}
+}
+
+// leaveOneDescriptor fills every free descriptor number below the highest
+// open one and lowers the soft RLIMIT_NOFILE so that exactly one more
+// descriptor can be opened. The returned function undoes both.
+func leaveOneDescriptor(t *testing.T) (restore func()) {
+	t.Helper()
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	var fillers []int
+	undo := func() {
+		if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+			t.Errorf("restore RLIMIT_NOFILE: %v", err)
+		}
+		for _, fd := range fillers {
+			unix.Close(fd)
+		}
+	}
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	highest := 0
+	for _, e := range entries {
+		var fd int
+		if _, err := fmt.Sscan(e.Name(), &fd); err == nil {
+			highest = max(highest, fd)
+		}
+	}
+	// Each open takes the lowest free number: the first above highest means
+	// every number below it is taken.
+	for {
+		fd, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			undo()
+			t.Fatal(err)
+		}
+		if fd > highest {
+			unix.Close(fd)
+			cur := lim
+			cur.Cur = uint64(fd) + 1
+			if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &cur); err != nil {
+				undo()
+				t.Fatal(err)
+			}
+			return undo
+		}
+		fillers = append(fillers, fd)
+	}
+}
+
+// TestDialInNetnsAtTheDescriptorLimit: a shared-mode dial takes one
+// descriptor, as net.Dialer's does, so with one left it connects (a socket
+// made elsewhere and duplicated into a net.Conn would need two, and fail
+// there with EMFILE while the accept loops take the last descriptor
+// instead of shedding). The namespace's descriptors are open beforehand,
+// as inpod.Netns holds them.
+func TestDialInNetnsAtTheDescriptorLimit(t *testing.T) {
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	dst := ln.Addr().(*net.TCPAddr).AddrPort()
+	check := func(t *testing.T, inNetns sockopt.InNetnsFunc) {
+		restore := leaveOneDescriptor(t)
+		c, err := sockopt.DialInNetns(t.Context(), inNetns, sockopt.Dialer(netip.Addr{}, sockopt.Options{}), dst)
+		_, err2 := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		restore()
+		if err != nil {
+			t.Fatalf("DialInNetns with one descriptor free: %v", err)
+		}
+		defer c.Close()
+		if err2 == nil {
+			t.Fatal("a descriptor was still free after the dial: the limit was not reached")
+		}
+		s, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		checkEcho(t, c, s, "one descriptor")
+	}
+	t.Run("here", func(t *testing.T) { check(t, here) })
+	t.Run("netns", func(t *testing.T) {
+		nstest.RequireRoot(t, "ip")
+		ns := newNetns(t)
+		ns.exec(t, "ip", "link", "set", "lo", "up")
+		nsf, err := os.Open(ns.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nsf.Close()
+		home, err := sockopt.HomeNetns()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer home.Close()
+		nln := ns.listen(t, "127.0.0.1:0")
+		defer nln.Close()
+		restore := leaveOneDescriptor(t)
+		c, err := sockopt.DialInNetns(t.Context(), func(fn func(leave func() error) error) error {
+			return sockopt.EnterNetnsFDHome(int(nsf.Fd()), int(home.Fd()), fn)
+		}, &net.Dialer{}, nln.Addr().(*net.TCPAddr).AddrPort())
+		_, err2 := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		restore()
+		if err2 == nil {
+			t.Error("a descriptor was still free after the dial: the limit was not reached")
+		}
+		if err != nil {
+			t.Fatalf("DialInNetns into a netns with one descriptor free: %v", err)
+		}
+		defer c.Close()
+		s, err := nln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		checkEcho(t, c, s, "one descriptor, in a netns")
+	})
 }

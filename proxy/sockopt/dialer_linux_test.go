@@ -233,10 +233,8 @@ func TestDialerSourceOptions(t *testing.T) {
 }
 
 // TestDialKeepAlive reads back the keep-alive settings of connections
-// sockopt.Dial and DialInNetns make (the latter through net.FileConn, which
-// turns keep-alive on with Go's defaults before DialInNetns sets what
-// differs): every field, the ones equal to Go's defaults included, and a
-// Dialer that turns it off.
+// sockopt.Dial and DialInNetns make: every field, the ones equal to Go's
+// defaults included, and a Dialer that turns it off.
 func TestDialKeepAlive(t *testing.T) {
 	dst := loopbackSink(t)
 	for _, tc := range []struct {
@@ -262,7 +260,7 @@ func TestDialKeepAlive(t *testing.T) {
 		}{
 			{"Dial", sockopt.Dial},
 			{"DialInNetns", func(ctx context.Context, d *net.Dialer, dst netip.AddrPort) (*net.TCPConn, error) {
-				return sockopt.DialInNetns(ctx, func(fn func() error) error { return fn() }, d, dst)
+				return sockopt.DialInNetns(ctx, here, d, dst)
 			}},
 		} {
 			t.Run(dial.name+"/"+tc.name, func(t *testing.T) {

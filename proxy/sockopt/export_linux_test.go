@@ -2,7 +2,7 @@ package sockopt
 
 import "sync/atomic"
 
-// CountConnectWaits counts finishConnect's waits for a connect in the
+// CountConnectWaits counts the dials that wait for a connect in the
 // runtime poller until restore is called.
 func CountConnectWaits() (count func() int, restore func()) {
 	var n atomic.Int64

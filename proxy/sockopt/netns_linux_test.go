@@ -321,11 +321,12 @@ func TestInNetns(t *testing.T) {
 	}
 }
 
-// TestInNetnsFDHome checks HomeNetns, which must name the process's own
+// TestEnterNetnsFDHome checks HomeNetns, which must name the process's own
 // namespace even when asked from a thread inside another, and
-// InNetnsFDHome, which must run fn in the namespace, return its error and
-// panic, and leave every thread of the process at home.
-func TestInNetnsFDHome(t *testing.T) {
+// EnterNetnsFDHome, which must run fn in the namespace until fn leaves,
+// then outside, return fn's error and panic, and leave every thread of the
+// process at home.
+func TestEnterNetnsFDHome(t *testing.T) {
 	nstest.RequireRoot(t, "ip")
 	ns := newNetns(t)
 	outside := netnsInode(t)
@@ -353,37 +354,62 @@ func TestInNetnsFDHome(t *testing.T) {
 	}
 
 	nsfd, homefd := int(nsFile.Fd()), int(home.Fd())
-	var inside uint64
-	var ln net.Listener
-	err = sockopt.InNetnsFDHome(nsfd, homefd, func() (err error) {
+	var inside, after uint64
+	var ln, outLn net.Listener
+	var leaveErrs [2]error
+	err = sockopt.EnterNetnsFDHome(nsfd, homefd, func(leave func() error) (err error) {
 		inside = netnsInode(t)
-		ln, err = net.Listen("tcp4", "127.0.0.1:0")
+		if ln, err = net.Listen("tcp4", "127.0.0.1:0"); err != nil {
+			return err
+		}
+		leaveErrs[0], leaveErrs[1] = leave(), leave()
+		after = netnsInode(t)
+		outLn, err = net.Listen("tcp4", "127.0.0.1:0")
 		return err
 	})
 	if err != nil {
-		t.Fatalf("InNetnsFDHome: %v", err)
+		t.Fatalf("EnterNetnsFDHome: %v", err)
 	}
 	defer ln.Close()
+	defer outLn.Close()
 	if want := fileInode(t, nsFile); inside != want {
 		t.Errorf("fn ran in netns %d, want %d", inside, want)
+	}
+	if after != outside {
+		t.Errorf("after leave fn ran in netns %d, want the process's %d", after, outside)
+	}
+	if leaveErrs != [2]error{} {
+		t.Errorf("leave, twice: %v", leaveErrs)
 	}
 	if c, err := net.Dial("tcp4", ln.Addr().String()); err == nil {
 		c.Close()
 		t.Errorf("dialed %v from outside the namespace; the listener was not made inside it", ln.Addr())
 	}
-	errFn := errors.New("fn failed")
-	if err := sockopt.InNetnsFDHome(nsfd, homefd, func() error { return errFn }); !errors.Is(err, errFn) {
-		t.Errorf("InNetnsFDHome error = %v, want fn's %v", err, errFn)
+	if c, err := net.Dial("tcp4", outLn.Addr().String()); err != nil {
+		t.Errorf("the listener made after leave is not the process's: %v", err)
+	} else {
+		c.Close()
 	}
-	func() {
-		defer func() {
-			if v := recover(); v != "boom" {
-				t.Errorf("recovered %v, want fn's panic value", v)
-			}
+	errFn := errors.New("fn failed")
+	if err := sockopt.EnterNetnsFDHome(nsfd, homefd, func(func() error) error { return errFn }); !errors.Is(err, errFn) {
+		t.Errorf("EnterNetnsFDHome error = %v, want fn's %v", err, errFn)
+	}
+	for _, leaveFirst := range []bool{false, true} {
+		func() {
+			defer func() {
+				if v := recover(); v != "boom" {
+					t.Errorf("recovered %v, want fn's panic value", v)
+				}
+			}()
+			sockopt.EnterNetnsFDHome(nsfd, homefd, func(leave func() error) error {
+				if leaveFirst {
+					leave()
+				}
+				panic("boom")
+			})
+			t.Error("EnterNetnsFDHome returned after fn panicked")
 		}()
-		sockopt.InNetnsFDHome(nsfd, homefd, func() error { panic("boom") })
-		t.Error("InNetnsFDHome returned after fn panicked")
-	}()
+	}
 	checkAllThreads(t, outside)
 }
 

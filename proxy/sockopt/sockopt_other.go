@@ -78,9 +78,17 @@ func InNetns(path string, fn func() error) error { return errUnsupported }
 // errors.ErrUnsupported without calling fn.
 func InNetnsFD(nsfd int, fn func() error) error { return errUnsupported }
 
-// InNetnsFDHome is Linux-only; elsewhere it returns an error wrapping
+// EnterNetnsFDHome is Linux-only; elsewhere it returns an error wrapping
 // errors.ErrUnsupported without calling fn.
-func InNetnsFDHome(nsfd, homefd int, fn func() error) error { return errUnsupported }
+func EnterNetnsFDHome(nsfd, homefd int, fn func(leave func() error) error) error {
+	return errUnsupported
+}
+
+// InNetnsPath is Linux-only; elsewhere its function returns an error
+// wrapping errors.ErrUnsupported without calling fn.
+func InNetnsPath(path string) InNetnsFunc {
+	return func(func(leave func() error) error) error { return errUnsupported }
+}
 
 // HomeNetns is Linux-only; elsewhere it returns an error wrapping
 // errors.ErrUnsupported.
@@ -88,7 +96,7 @@ func HomeNetns() (*os.File, error) { return nil, errUnsupported }
 
 // DialInNetns is Linux-only; elsewhere it returns an error wrapping
 // errors.ErrUnsupported without calling inNetns.
-func DialInNetns(ctx context.Context, inNetns func(fn func() error) error, d *net.Dialer, addr netip.AddrPort) (*net.TCPConn, error) {
+func DialInNetns(ctx context.Context, inNetns InNetnsFunc, d *net.Dialer, addr netip.AddrPort) (*net.TCPConn, error) {
 	return nil, errUnsupported
 }
 

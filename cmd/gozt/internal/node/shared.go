@@ -108,7 +108,7 @@ func (ps *pods) start(uid string, info inpod.WorkloadInfo, ns *inpod.Netns) (inp
 	}
 	cfg := n.proxyConfig(find)
 	cfg.WorkloadUID = uid
-	cfg.InNetns = ns.Run
+	cfg.InNetns = ns.Enter
 	cfg.ReusePort = env.InpodPortReuse
 	cfg.BindAddr = netip.IPv6Unspecified()
 	if !env.IPv6Enabled {
