@@ -533,6 +533,103 @@ func TestSocketsStayInTheirNetns(t *testing.T) {
 	}
 }
 
+// TestPodDialsStayInTheirNetns is TestSocketsStayInTheirNetns for the way
+// a pod's proxy dials: sockopt.DialInNetns through inpod.Netns.Enter, which
+// moves the dialing goroutine's own thread into the pod's namespace and back
+// before the connect is waited for. Many goroutines dial listeners on the
+// loopbacks of many pods at once; each connection belongs to its pod's
+// namespace, reaches that pod's listener, and the goroutine is back in the
+// test's namespace afterwards.
+func TestPodDialsStayInTheirNetns(t *testing.T) {
+	m := newMeshNet(t)
+	self := netnsInodeOfThread(t)
+	type podNS struct {
+		ns    *inpod.Netns
+		ino   uint64
+		addr  netip.AddrPort
+		conns chan net.Conn
+	}
+	var pods []podNS
+	for k := 2; k < 8; k++ {
+		p := pod{name: m.netns(fmt.Sprintf("d%d", k))}
+		ns, err := inpod.OpenNetns(p.path())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ns.Close() })
+		var ln net.Listener
+		if err := ns.Run(func() (err error) { ln, err = net.Listen("tcp4", "127.0.0.1:0"); return err }); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		pn := podNS{ns: ns, ino: ns.Inode(), addr: ln.Addr().(*net.TCPAddr).AddrPort(), conns: make(chan net.Conn, 64)}
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				pn.conns <- c
+			}
+		}()
+		pods = append(pods, pn)
+	}
+	const dials = 96
+	errs := make(chan error, 2*dials)
+	done := make(chan struct{})
+	for i := range dials {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			p := pods[i%len(pods)]
+			c, err := sockopt.DialInNetns(t.Context(), p.ns.Enter, &net.Dialer{Timeout: 5 * time.Second}, p.addr)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer c.Close()
+			if got, _ := nstest.SocketNetns(c); got != p.ino {
+				errs <- fmt.Errorf("connection to %v in netns %d, want the pod's %d", p.addr, got, p.ino)
+			}
+			if _, err := c.Write([]byte{byte(i)}); err != nil {
+				errs <- err
+			}
+			if got := threadNetnsInode(); got != self {
+				errs <- fmt.Errorf("goroutine left on a thread in netns %d, want %d", got, self)
+			}
+		}()
+	}
+	for range dials {
+		<-done
+	}
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	// Every dial reached its own pod's listener: each pod accepted its
+	// share, and the byte each sent arrived there.
+	for k, p := range pods {
+		want := 0
+		for i := range dials {
+			if i%len(pods) == k {
+				want++
+			}
+		}
+		for range want {
+			select {
+			case c := <-p.conns:
+				b := make([]byte, 1)
+				c.SetReadDeadline(time.Now().Add(5 * time.Second))
+				if _, err := io.ReadFull(c, b); err != nil || int(b[0])%len(pods) != k {
+					t.Errorf("pod %d: read %v, %v; want a byte from one of its own dials", k, b, err)
+				}
+				c.Close()
+			case <-time.After(5 * time.Second):
+				t.Fatalf("pod %d accepted fewer than %d connections", k, want)
+			}
+		}
+	}
+}
+
 // TestSharedModeUpgrade: a new gozt takes over a node's pods while the old
 // one still serves them; both listen in each pod through SO_REUSEPORT
 // (INPOD_PORT_REUSE, SPEC §1.3). When the old one shuts down it closes its
