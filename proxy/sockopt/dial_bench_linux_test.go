@@ -337,3 +337,23 @@ func BenchmarkDialInNetns(b *testing.B) {
 	b.ReportMetric(float64(took[0])/float64(took[1]), "x-dial")
 	b.ReportMetric(float64(cpu[0])/float64(cpu[1]), "cpu-x-dial")
 }
+
+// BenchmarkDialAllocs dials as the inbound proxy does for each connection
+// (a Dialer built for the connection's source, ztunnel's keep-alive, the
+// 10 s connect timeout) and reports the allocations per dial, the test's
+// accept loop included.
+func BenchmarkDialAllocs(b *testing.B) {
+	dst := loopbackSink(b)
+	src := randomLoopback()
+	opts := sockopt.Options{KeepAlive: net.KeepAliveConfig{Enable: true, Idle: 180 * time.Second, Interval: 180 * time.Second, Count: 9}}
+	b.ReportAllocs()
+	for b.Loop() {
+		d := sockopt.Dialer(src, opts)
+		d.Timeout = 10 * time.Second
+		c, err := sockopt.Dial(context.Background(), d, dst)
+		if err != nil {
+			b.Fatal(err)
+		}
+		c.Close()
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"sync/atomic"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -40,23 +41,16 @@ func DialInNetns(ctx context.Context, inNetns InNetnsFunc, d *net.Dialer, addr n
 		// net.Dialer fails a done ctx before it makes a socket, so the
 		// namespace is not entered; a socket made anyway would be made
 		// outside, and is refused.
-		return dialAround(ctx, d, addr, func(func() error) error { return errRedialOutside })
+		ds := newDialState(d, addr)
+		ds.refuse = true
+		return ds.dial(ctx)
 	}
-	var connErr error // the namespace socket's connect, when net.Dialer redialed after it
 	for try := 1; ; try++ {
 		var c *net.TCPConn
+		ds := newDialState(d, addr)
 		err := inNetns(func(leave func() error) (err error) {
-			made := 0
-			c, err = dialAround(ctx, d, addr, func(connect func() error) error {
-				if made++; made > 1 {
-					return errRedialOutside
-				}
-				connErr = connect()
-				if err := leave(); err != nil {
-					return err
-				}
-				return connErr
-			})
+			ds.leave = leave
+			c, err = ds.dial(ctx)
 			return err
 		})
 		switch {
@@ -70,8 +64,8 @@ func DialInNetns(ctx context.Context, inNetns InNetnsFunc, d *net.Dialer, addr n
 			return nil, err
 		case try < selfConnectTries:
 			continue
-		case connErr != nil:
-			return nil, dialError(d, addr, connErr)
+		case ds.connErr != nil: // net.Dialer's redial after a spurious EADDRNOTAVAIL
+			return nil, dialError(d, addr, ds.connErr)
 		default:
 			return nil, dialError(d, addr, errSelfConnect)
 		}
@@ -128,54 +122,100 @@ func selfConnected(c *net.TCPConn) bool {
 // and the kernel picks the source at connect; the address goes through
 // DialContext's resolver, which for an address literal only parses it.
 func dial(ctx context.Context, d *net.Dialer, addr netip.AddrPort) (*net.TCPConn, error) {
-	return dialAround(ctx, d, addr, nil)
+	return newDialState(d, addr).dial(ctx)
 }
 
-// dialAround is dial with around, if not nil, called in the Control of
-// each socket net.Dialer makes, around the step that runs d.Control, binds
-// and starts the connect: around calls connect, or not, and returns the
-// Control's error.
-func dialAround(ctx context.Context, d *net.Dialer, addr netip.AddrPort, around func(connect func() error) error) (*net.TCPConn, error) {
-	var src netip.AddrPort
+// dialState is one dial's: a copy of the caller's Dialer whose Control
+// runs the caller's, binds and connects, and what that Control needs, in
+// one allocation (the Control and the function it hands the socket to are
+// method values made once).
+type dialState struct {
+	d        net.Dialer
+	orig     *net.Dialer
+	inner    func(network, address string, rc syscall.RawConn) error
+	src, dst netip.AddrPort
+	network  string // the socket's, while Control runs
+	err      error  // connectFD's
+	connect  func(fd uintptr)
+
+	// For DialInNetns: leave moves the thread home once the first socket
+	// has started its connect, whose error connErr keeps; net.Dialer's
+	// later sockets (its redial) would be made outside the namespace and
+	// are refused, as every socket is with refuse.
+	leave   func() error
+	made    int
+	connErr error
+	refuse  bool
+}
+
+func newDialState(d *net.Dialer, addr netip.AddrPort) *dialState {
+	ds := &dialState{d: *d, orig: d, inner: d.Control, dst: addr}
 	if la, ok := d.LocalAddr.(*net.TCPAddr); ok && la != nil {
-		src = la.AddrPort()
+		ds.src = la.AddrPort()
 	}
-	cd := *d
-	cd.LocalAddr = nil // bound in Control, before the connect
-	inner := d.Control
-	cd.Control = func(network, address string, rc syscall.RawConn) error {
-		connect := func() error {
-			if inner != nil {
-				if err := inner(network, address, rc); err != nil {
-					return err
-				}
-			}
-			return control(rc, func(fd int) error { return connectNow(fd, network, src, addr) })
-		}
-		if around != nil {
-			return around(connect)
-		}
-		return connect()
-	}
-	c, err := cd.DialContext(ctx, "tcp", addr.String())
+	ds.d.LocalAddr = nil // bound in Control, before the connect
+	ds.d.Control = ds.control
+	ds.connect = ds.connectFD
+	return ds
+}
+
+// dial is d's DialContext with the Control of dialState.
+func (ds *dialState) dial(ctx context.Context) (*net.TCPConn, error) {
+	c, err := ds.d.DialContext(ctx, "tcp", ds.dst.String())
 	if err != nil {
 		if oe, ok := err.(*net.OpError); ok && oe.Source == nil {
-			oe.Source = d.LocalAddr // as net.Dialer names it
+			oe.Source = ds.orig.LocalAddr // as net.Dialer names it
 		}
 		return nil, err
 	}
 	tc := c.(*net.TCPConn)
 	if selfConnected(tc) { // net.Dialer's third try
 		tc.Close()
-		return nil, dialError(d, addr, errSelfConnect)
+		return nil, dialError(ds.orig, ds.dst, errSelfConnect)
 	}
 	return tc, nil
 }
 
+// control is the Dialer's Control: the caller's, then the bind and the
+// connect, then (in DialInNetns) the way home.
+func (ds *dialState) control(network, address string, rc syscall.RawConn) error {
+	ds.made++
+	if ds.refuse || ds.leave != nil && ds.made > 1 {
+		return errRedialOutside
+	}
+	err := ds.bindConnect(network, address, rc)
+	if ds.leave != nil {
+		ds.connErr = err
+		if lerr := ds.leave(); lerr != nil {
+			return lerr
+		}
+	}
+	return err
+}
+
+func (ds *dialState) bindConnect(network, address string, rc syscall.RawConn) error {
+	if ds.inner != nil {
+		if err := ds.inner(network, address, rc); err != nil {
+			return err
+		}
+	}
+	ds.network, ds.err = network, nil
+	if err := rc.Control(ds.connect); err != nil {
+		return fmt.Errorf("sockopt: %w", err)
+	}
+	return ds.err
+}
+
+func (ds *dialState) connectFD(fd uintptr) {
+	ds.err = connectNow(int(fd), ds.network, ds.src, ds.dst)
+}
+
 // connectNow binds fd, a socket for network ("tcp4" or "tcp6"), to src if
 // valid, starts connecting it to dst and asks whether the handshake is
-// over. It returns nil once the connect is over or under way (net's connect
-// takes it from there), and the connect's error if it failed already.
+// over (a non-blocking connect(2) says EINPROGRESS even when the handshake
+// ran inside it, as on loopback). It returns nil once the connect is over
+// or under way (net's connect takes it from there), and the connect's
+// error if it failed already.
 func connectNow(fd int, network string, src, dst netip.AddrPort) error {
 	family := unix.AF_INET
 	if network == "tcp6" {
@@ -255,21 +295,32 @@ func sockaddr(ap netip.AddrPort, family int) (unix.Sockaddr, error) {
 }
 
 // connected reports whether the connect on fd has finished, and with what
-// error.
+// error. It asks for the socket's TCP state, the first byte of TCP_INFO
+// (one system call into a buffer on the stack): SYN_SENT, or SYN_RECV in a
+// simultaneous open, is a connect under way; CLOSE is one that failed, with
+// the error SO_ERROR then gives; any other state is a connection (a peer
+// that has already closed its side leaves it in CLOSE_WAIT).
 func connected(fd int) (bool, error) {
-	v, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR)
-	if err != nil {
-		return true, os.NewSyscallError("getsockopt", err)
+	var state [1]byte
+	n := uint32(len(state))
+	_, _, errno := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.IPPROTO_TCP, unix.TCP_INFO,
+		uintptr(unsafe.Pointer(&state[0])), uintptr(unsafe.Pointer(&n)), 0)
+	if errno != 0 {
+		return true, os.NewSyscallError("getsockopt", errno)
 	}
-	switch e := syscall.Errno(v); e {
-	case unix.EINPROGRESS, unix.EALREADY, unix.EINTR:
+	switch state[0] {
+	case unix.BPF_TCP_SYN_SENT, unix.BPF_TCP_SYN_RECV:
 		return false, nil
-	case 0:
-		// SO_ERROR is 0 while the handshake is under way too: only a peer
-		// name proves it done, as net's own connect checks.
-		_, err := unix.Getpeername(fd)
-		return err == nil, nil
+	case unix.BPF_TCP_CLOSE:
+		v, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR)
+		if err != nil {
+			return true, os.NewSyscallError("getsockopt", err)
+		}
+		if v == 0 {
+			return false, nil // not connecting at all: net's connect says why
+		}
+		return true, os.NewSyscallError("connect", syscall.Errno(v))
 	default:
-		return true, os.NewSyscallError("connect", e)
+		return true, nil
 	}
 }
