@@ -43,3 +43,42 @@ func BenchmarkHBONEThroughput(b *testing.B) {
 	}
 	c.Close()
 }
+
+// BenchmarkConnect opens a connection through the in-process mesh, sends
+// one byte, reads it back from an echo and closes, one at a time: the
+// connect scenario of `gozt bench` without its processes. With
+// -benchmem (or b.ReportAllocs, on here) it gives the heap both proxies,
+// the client and the echo allocate per connection; with -memprofile
+// -memprofilerate 1, where.
+func BenchmarkConnect(b *testing.B) {
+	tm := startMeshWith(b, "")
+	ln, err := net.Listen("tcp", tm.ips.Server+":8080")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				io.Copy(c, c)
+			}()
+		}
+	}()
+	b.ReportAllocs()
+	buf := make([]byte, 1)
+	for b.Loop() {
+		c := tm.socksDial(b, tm.ips.Server+":8080")
+		if _, err := c.Write([]byte{'x'}); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := io.ReadFull(c, buf); err != nil {
+			b.Fatal(err)
+		}
+		c.Close()
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"strconv"
 	"sync"
 	"unicode/utf8"
@@ -86,11 +87,28 @@ func (h *formatHandler) WithGroup(name string) slog.Handler {
 }
 
 func (h *formatHandler) Handle(_ context.Context, r slog.Record) error {
+	bp := lineBufs.Get().(*[]byte)
+	var b []byte
 	if h.json {
-		return h.out.write(h.formatJSON(r))
+		b = h.formatJSON((*bp)[:0], r)
+	} else {
+		b = h.formatPlain((*bp)[:0], r)
 	}
-	return h.out.write(h.formatPlain(r))
+	err := h.out.write(b)
+	if cap(b) <= maxPooledLine {
+		*bp = b
+		lineBufs.Put(bp)
+	}
+	return err
 }
+
+// lineBufs holds the buffers lines are formatted in: an access line per
+// connection per proxy (SPEC §7.3) would otherwise allocate and grow one
+// each time (BenchmarkAccessLine). A buffer that a very long line grew
+// past maxPooledLine is left to the collector.
+var lineBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+const maxPooledLine = 16 << 10
 
 func levelText(l slog.Level) string {
 	switch {
@@ -113,8 +131,8 @@ func (h *formatHandler) scopeName() string {
 	return h.scope
 }
 
-func (h *formatHandler) formatPlain(r slog.Record) []byte {
-	b := make([]byte, 0, 256)
+// formatPlain appends r's line to b.
+func (h *formatHandler) formatPlain(b []byte, r slog.Record) []byte {
 	b = r.Time.UTC().AppendFormat(b, timeLayout)
 	b = append(b, '\t')
 	b = append(b, levelText(r.Level)...)
@@ -197,6 +215,9 @@ func appendPlainValue(b []byte, v slog.Value) []byte {
 	case slog.KindTime:
 		return v.Time().UTC().AppendFormat(b, timeLayout)
 	}
+	if out, ok := appendAddr(b, v.Any(), true); ok {
+		return out
+	}
 	switch x := v.Any().(type) {
 	case error:
 		return appendDebugQuoted(b, x.Error())
@@ -204,6 +225,23 @@ func appendPlainValue(b []byte, v slog.Value) []byte {
 		return append(b, x.String()...)
 	}
 	return appendDebugQuoted(b, fmt.Sprint(v.Any()))
+}
+
+// appendAddr appends v as its String method would if it is a valid
+// netip.AddrPort or netip.Addr (an access line has two or three), without
+// the string, and reports whether it did; one with a zone only if zoned.
+func appendAddr(b []byte, v any, zoned bool) ([]byte, bool) {
+	switch x := v.(type) {
+	case netip.AddrPort:
+		if x.IsValid() && (zoned || x.Addr().Zone() == "") {
+			return x.AppendTo(b), true
+		}
+	case netip.Addr:
+		if x.IsValid() && (zoned || x.Zone() == "") {
+			return x.AppendTo(b), true
+		}
+	}
+	return b, false
 }
 
 // appendDebugQuoted quotes s as Rust's Debug does for a str: backslash
@@ -230,28 +268,36 @@ func appendDebugQuoted(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
-func (h *formatHandler) formatJSON(r slog.Record) []byte {
-	b := make([]byte, 0, 320)
+// formatJSON appends r's line to b.
+func (h *formatHandler) formatJSON(b []byte, r slog.Record) []byte {
 	b = append(b, `{"level":`...)
 	b = appendJSONString(b, levelText(r.Level))
-	b = append(b, `,"time":`...)
-	b = appendJSONString(b, r.Time.UTC().Format(timeLayout))
-	b = append(b, `,"scope":`...)
+	b = append(b, `,"time":"`...)
+	b = r.Time.UTC().AppendFormat(b, timeLayout) // nothing in it to escape
+	b = append(b, `","scope":`...)
 	b = appendJSONString(b, h.scopeName())
 	b = append(b, `,"message":`...)
 	b = appendJSONString(b, r.Message)
-	fields := h.fields
-	r.Attrs(func(a slog.Attr) bool {
-		fields = appendJSONAttr(fields, h.prefix, a)
-		return true
-	})
-	for _, f := range fields {
+	for _, f := range h.fields {
 		b = append(b, ',')
 		b = appendJSONString(b, f[0])
 		b = append(b, ':')
 		b = append(b, f[1]...)
 	}
+	r.Attrs(func(a slog.Attr) bool {
+		b = flattenAttr(b, h.prefix, a, appendJSONMember)
+		return true
+	})
 	return append(b, "}\n"...)
+}
+
+// appendJSONMember appends `,"prefix+key":value`.
+func appendJSONMember(b []byte, prefix, key string, v slog.Value) []byte {
+	b = append(b, ',', '"')
+	b = appendJSONStringBody(b, prefix)
+	b = appendJSONStringBody(b, key)
+	b = append(b, '"', ':')
+	return appendJSONValue(b, v)
 }
 
 func appendJSONAttr(fields []jsonFields, prefix string, a slog.Attr) []jsonFields {
@@ -272,7 +318,14 @@ func appendJSONValue(b []byte, v slog.Value) []byte {
 	case slog.KindDuration:
 		return appendJSONString(b, v.Duration().String())
 	case slog.KindTime:
-		return appendJSONString(b, v.Time().UTC().Format(timeLayout))
+		b = append(b, '"')
+		b = v.Time().UTC().AppendFormat(b, timeLayout)
+		return append(b, '"')
+	}
+	// An address's hex digits, dots, colons and brackets need no
+	// escaping; a zone might.
+	if out, ok := appendAddr(append(b, '"'), v.Any(), false); ok {
+		return append(out, '"')
 	}
 	switch x := v.Any().(type) {
 	case error:
@@ -287,7 +340,64 @@ func appendJSONValue(b []byte, v slog.Value) []byte {
 	return append(b, enc...)
 }
 
+// appendJSONString appends s as encoding/json's Marshal encodes a string:
+// quoted, with \" \\ \b \f \n \r \t, \u00XX for other control bytes and
+// for <, > and & (HTML-safe), \ufffd for invalid UTF-8, and \u2028 and
+// \u2029 escaped (TestJSONStringMatchesEncodingJSON), without Marshal's
+// allocations.
 func appendJSONString(b []byte, s string) []byte {
-	enc, _ := json.Marshal(s) // a string always encodes
-	return append(b, enc...)
+	b = append(b, '"')
+	b = appendJSONStringBody(b, s)
+	return append(b, '"')
+}
+
+func appendJSONStringBody(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xf])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	return append(b, s[start:]...)
 }

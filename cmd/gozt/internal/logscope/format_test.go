@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net/netip"
 	"strings"
 	"testing"
@@ -132,5 +134,55 @@ func TestPlainAttrNoAlloc(t *testing.T) {
 	}
 	if string(buf) != `src.addr="10.0.0.1:80" ` {
 		t.Errorf("appendPlainAttr wrote %q", buf)
+	}
+}
+
+// TestJSONStringMatchesEncodingJSON: the JSON format's own string encoder
+// writes what encoding/json's Marshal writes, for every byte, the line
+// separators, invalid UTF-8 and random strings.
+func TestJSONStringMatchesEncodingJSON(t *testing.T) {
+	cases := []string{"", "plain", "\u2028\u2029", "a\xffb", "\xe2\x80", "<a href=\"x\">&amp;</a>", "tab\there\r\n\b\f\x00\x1f\x7f", "ünï©ødé 🎉"}
+	for c := range 256 {
+		cases = append(cases, string([]byte{byte(c)}), "x"+string([]byte{byte(c)})+"y")
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 2000 {
+		b := make([]byte, rng.IntN(24))
+		for i := range b {
+			b[i] = byte(rng.IntN(256))
+		}
+		cases = append(cases, string(b), strings.ToValidUTF8(string(b), "\u2028"))
+	}
+	for _, s := range cases {
+		want, err := json.Marshal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := appendJSONString(nil, s); string(got) != string(want) {
+			t.Errorf("appendJSONString(%q) = %s, want %s", s, got, want)
+		}
+	}
+}
+
+// TestFormatAddresses: addresses are written as their String methods
+// write them, an invalid one and a zoned one (escaped in JSON) included.
+func TestFormatAddresses(t *testing.T) {
+	vals := []any{
+		netip.MustParseAddrPort("10.0.0.1:80"), netip.MustParseAddrPort("[2001:db8::1]:15008"),
+		netip.MustParseAddrPort("[fe80::1%e\"th0]:80"), netip.AddrPort{},
+		netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("fe80::1%eth0"), netip.Addr{},
+	}
+	for _, v := range vals {
+		str := v.(fmt.Stringer).String()
+		var plain, js bytes.Buffer
+		slog.New(NewFormatHandler(&plain, FormatPlain)).Info("m", "a", v)
+		slog.New(NewFormatHandler(&js, FormatJSON)).Info("m", "a", v)
+		if !strings.HasSuffix(plain.String(), "\ta="+str+"\n") {
+			t.Errorf("plain %v: %q", str, plain.String())
+		}
+		var got map[string]any
+		if err := json.Unmarshal(js.Bytes(), &got); err != nil || got["a"] != str {
+			t.Errorf("json %v: %q (%v)", str, js.String(), err)
+		}
 	}
 }
