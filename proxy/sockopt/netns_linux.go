@@ -43,13 +43,14 @@ func InNetnsFD(nsfd int, fn func() error) error {
 }
 
 // HomeNetns opens the network namespace that this process's threads run
-// in: that of any thread no InNetnsFD call holds. (InNetnsFD restores or
-// retires every thread it moves, and the Go runtime starts new threads from
+// in: that of any thread no InNetnsFD or EnterNetnsFDHome call holds.
+// (InNetnsFD restores or retires every thread it moves, EnterNetnsFDHome
+// restores its thread or panics, and the Go runtime starts new threads from
 // a thread of its own when the one asking is locked, so a thread that runs
 // other goroutines is always there.) It looks from a new goroutine, which
-// never runs on a thread that InNetnsFD holds; /proc/self/ns/net instead
-// names the main thread's namespace, which is a pod's while fn runs on the
-// main thread.
+// never runs on a thread that either holds; /proc/self/ns/net instead names
+// the main thread's namespace, which is a pod's while fn runs on the main
+// thread.
 func HomeNetns() (*os.File, error) {
 	type result struct {
 		f   *os.File

@@ -411,6 +411,18 @@ func TestEnterNetnsFDHome(t *testing.T) {
 		}()
 	}
 	checkAllThreads(t, outside)
+
+	// A thread that cannot go home (here: no home descriptor) panics
+	// rather than run its goroutine on in the pod's namespace. The
+	// goroutine then ends locked, and the runtime ends the thread.
+	got := make(chan any, 1)
+	go func() {
+		defer func() { got <- recover() }()
+		sockopt.EnterNetnsFDHome(nsfd, -1, func(func() error) error { return nil })
+	}()
+	if v, ok := (<-got).(string); !ok || !strings.Contains(v, "cannot return from a network namespace") {
+		t.Errorf("EnterNetnsFDHome with no way home: recovered %v, want its panic", v)
+	}
 }
 
 // checkAllThreads checks that every thread of the process is in the netns
