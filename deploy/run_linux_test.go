@@ -110,6 +110,32 @@ func startIstiod(t *testing.T, nsPath string) *istiod {
 
 // runDaemonSet starts gozt as ds's container and checks it serves.
 func runDaemonSet(t *testing.T, bin string, ds *appsv1.DaemonSet) {
+	n := startNode(t, bin, ds, 0)
+	metrics := fmt.Sprintf("http://%s/metrics", net.JoinHostPort(podIP, strconv.Itoa(int(n.c.Ports[0].ContainerPort))))
+	if code, body := get(n.client, metrics); code != http.StatusOK || !strings.Contains(body, "workload_manager_active_proxy_count 1") {
+		t.Errorf("GET %s = %d, want 200 with one active pod proxy:\n%.2000s", metrics, code, body)
+	}
+	checkPodListener(t, n.podPath, "spiffe://cluster.local/ns/demo/sa/app")
+	checkPodTraffic(t, n.cp, n.podPath, n.p)
+	checkCSRs(t, n.cp, n.p)
+	n.p.stop(t, ds)
+}
+
+// chartNode is gozt run as the chart's container in a node network
+// namespace of its own, ready, serving one ambient pod (app, appIP) that
+// the test's istio-cni handed it.
+type chartNode struct {
+	cp      *istiod
+	p       *proc
+	c       *corev1.Container
+	podPath string
+	client  *http.Client // connections from the node's namespace
+}
+
+// startNode starts gozt as ds's container would run, with an open-file
+// limit (soft and hard) of nofile if positive, hands it the pod over ZDS
+// and waits for its readiness probe to answer 200.
+func startNode(t *testing.T, bin string, ds *appsv1.DaemonSet, nofile int) *chartNode {
 	nodeNS := nstest.NewNetns(t)
 	nstest.Run(t, "ip", "-n", nodeNS, "addr", "add", podIP+"/32", "dev", "lo")
 	nodePath := "/run/netns/" + nodeNS
@@ -130,6 +156,9 @@ func runDaemonSet(t *testing.T, bin string, ds *appsv1.DaemonSet) {
 		"XDS_ADDRESS": cp.xds.Addr(),
 	})
 	script := mountScript(t, ds, c, bin, dir)
+	if nofile > 0 {
+		script = strings.Replace(script, "\nexec setpriv ", fmt.Sprintf("\nulimit -n %d\nexec setpriv ", nofile), 1)
+	}
 	p := startContainer(t, nodeNS, script, c, env)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
@@ -165,14 +194,7 @@ func runDaemonSet(t *testing.T, bin string, ds *appsv1.DaemonSet) {
 	probe := c.ReadinessProbe.HTTPGet
 	ready := fmt.Sprintf("http://%s/%s", net.JoinHostPort(podIP, probe.Port.String()), strings.TrimPrefix(probe.Path, "/"))
 	waitReady(t, client, ready, p)
-	metrics := fmt.Sprintf("http://%s/metrics", net.JoinHostPort(podIP, strconv.Itoa(int(c.Ports[0].ContainerPort))))
-	if code, body := get(client, metrics); code != http.StatusOK || !strings.Contains(body, "workload_manager_active_proxy_count 1") {
-		t.Errorf("GET %s = %d, want 200 with one active pod proxy:\n%.2000s", metrics, code, body)
-	}
-	checkPodListener(t, podPath, "spiffe://cluster.local/ns/demo/sa/app")
-	checkPodTraffic(t, cp, podPath, p)
-	checkCSRs(t, cp, p)
-	p.stop(t, ds)
+	return &chartNode{cp: cp, p: p, c: c, podPath: podPath, client: client}
 }
 
 // containerEnv is c's environment as the kubelet would make it, with
@@ -537,41 +559,25 @@ func checkPodListener(t *testing.T, podPath, wantID string) {
 // inside the pod, and 256 KiB of seeded random bytes come back intact.
 func checkPodTraffic(t *testing.T, cp *istiod, podPath string, p *proc) {
 	t.Helper()
-	var conn net.Conn
 	var lis net.Listener
 	err := sockopt.InNetns(podPath, func() (err error) {
-		if lis, err = net.Listen("tcp", net.JoinHostPort(appIP, "8080")); err != nil {
-			return err
-		}
-		conn, err = net.DialTimeout("tcp", net.JoinHostPort(appIP, "15008"), 2*time.Second)
+		lis, err = net.Listen("tcp", net.JoinHostPort(appIP, "8080"))
 		return err
 	})
 	if err != nil {
-		t.Fatalf("pod sockets: %v", err)
+		t.Fatalf("pod listener: %v", err)
 	}
 	defer lis.Close()
-	defer conn.Close()
 	go func() {
 		if up, err := lis.Accept(); err == nil {
 			io.Copy(up, up)
 			up.Close()
 		}
 	}()
+	cc := dialPodHBONE(t, cp, podPath, p)
+	defer cc.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cert, err := cp.ca.Issue(ctx, identity.Identity{TrustDomain: "cluster.local", Namespace: "demo", ServiceAccount: "client"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tc := tls.Client(conn, certs.ClientConfig(cert, []string{"spiffe://cluster.local/ns/demo/sa/app"}))
-	if err := tc.HandshakeContext(ctx); err != nil {
-		t.Fatalf("mTLS with the pod's 15008: %v\n%s", err, p.logs())
-	}
-	cc, err := hbone.NewClientConn(ctx, tc, hbone.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
 	s, err := cc.Connect(ctx, net.JoinHostPort(appIP, "8080"), nil)
 	if err != nil {
 		t.Fatalf("CONNECT through the chart-run gozt: %v\n%s", err, p.logs())
@@ -590,6 +596,37 @@ func checkPodTraffic(t *testing.T, cp *istiod, podPath string, p *proc) {
 	if err != nil || !bytes.Equal(got, payload) {
 		t.Errorf("echo through the pod: %d of %d bytes back, equal %v, err %v", len(got), len(payload), bytes.Equal(got, payload), err)
 	}
+}
+
+// dialPodHBONE opens an HBONE connection to the pod's 15008 from inside the
+// pod's namespace, with a mesh client's certificate.
+func dialPodHBONE(t *testing.T, cp *istiod, podPath string, p *proc) *hbone.ClientConn {
+	t.Helper()
+	var conn net.Conn
+	err := sockopt.InNetns(podPath, func() (err error) {
+		conn, err = net.DialTimeout("tcp", net.JoinHostPort(appIP, "15008"), 2*time.Second)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("connect to the pod's 15008: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cert, err := cp.ca.Issue(ctx, identity.Identity{TrustDomain: "cluster.local", Namespace: "demo", ServiceAccount: "client"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := tls.Client(conn, certs.ClientConfig(cert, []string{"spiffe://cluster.local/ns/demo/sa/app"}))
+	if err := tc.HandshakeContext(ctx); err != nil {
+		conn.Close()
+		t.Fatalf("mTLS with the pod's 15008: %v\n%s", err, p.logs())
+	}
+	cc, err := hbone.NewClientConn(ctx, tc, hbone.Config{})
+	if err != nil {
+		conn.Close()
+		t.Fatal(err)
+	}
+	return cc
 }
 
 // checkCSRs requires every CSR that reached the fake CA to carry the

@@ -1,0 +1,202 @@
+package deploy
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gozt/gozt/hbone"
+	"github.com/gozt/gozt/internal/nstest"
+	"github.com/gozt/gozt/proxy/sockopt"
+)
+
+// TestChartGoztAtTheDescriptorLimit (TESTPLAN F21, in shared mode): gozt
+// run as Istio's chart runs it, under a low open-file limit (fdLimitShared,
+// soft and hard), serves a pod. HBONE streams to
+// the pod's application are opened on one connection, each taking one of
+// gozt's descriptors for its upstream socket, made in the pod's namespace,
+// until the limit, every free descriptor serving a stream: the streams
+// past it are answered at once (a status or a reset, not a wait), the
+// streams already open keep carrying bytes, gozt keeps running, and once
+// the streams close new ones succeed again.
+func TestChartGoztAtTheDescriptorLimit(t *testing.T) {
+	nstest.RequireRoot(t, "ip", "unshare", "setpriv", "mount", "sh")
+	n := startNode(t, goztBinary(t), render(t, withValues(ourValues(t), map[string]any{"profile": "ambient"})), fdLimitShared)
+	pid := n.p.cmd.Process.Pid
+
+	var lis net.Listener
+	if err := sockopt.InNetns(n.podPath, func() (err error) {
+		lis, err = net.Listen("tcp", net.JoinHostPort(appIP, "8080"))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			go func() { io.Copy(c, c); c.Close() }()
+		}
+	}()
+	cc := dialPodHBONE(t, n.cp, n.podPath, n.p)
+	defer cc.Close()
+
+	type stream struct {
+		s io.ReadWriteCloser
+		r *bufio.Reader
+	}
+	echo := func(st stream, line string) error {
+		if _, err := io.WriteString(st.s, line+"\n"); err != nil {
+			return err
+		}
+		got, err := st.r.ReadString('\n')
+		if err != nil {
+			return err
+		}
+		if got != line+"\n" {
+			return fmt.Errorf("echo %q, want %q", got, line)
+		}
+		return nil
+	}
+	open := func(i int) (stream, error, time.Duration) {
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		s, err := cc.Connect(ctx, net.JoinHostPort(appIP, "8080"), nil)
+		if err != nil {
+			return stream{}, err, time.Since(start)
+		}
+		st := stream{s: s, r: bufio.NewReader(s)}
+		if err := echo(st, fmt.Sprintf("stream %d", i)); err != nil {
+			s.Close()
+			return stream{}, err, time.Since(start)
+		}
+		return st, nil, time.Since(start)
+	}
+
+	// A few streams first, then the limit: what gozt holds now, plus 12.
+	var streams []stream
+	defer func() {
+		for _, st := range streams {
+			st.s.Close()
+		}
+	}()
+	for i := range 3 {
+		st, err, _ := open(i)
+		if err != nil {
+			t.Fatalf("stream %d before the limit: %v\n%s", i, err, n.p.logs())
+		}
+		streams = append(streams, st)
+	}
+	held := countFDs(t, pid)
+	if got := openFileLimit(t, pid); got != fdLimitShared {
+		t.Fatalf("gozt's open-file limit is %d, want %d", got, fdLimitShared)
+	}
+	headroom := fdLimitShared - held
+	if headroom < 8 {
+		t.Fatalf("gozt holds %d descriptors of its limit of %d at start", held, fdLimitShared)
+	}
+	refused, slowest, firstRefusal := 0, time.Duration(0), error(nil)
+	for i := 3; i < 3+3*headroom && refused < 5; i++ {
+		st, err, took := open(i)
+		if err == nil {
+			streams = append(streams, st)
+			continue
+		}
+		slowest = max(slowest, took)
+		var se *hbone.StatusError
+		var re *hbone.ResetError
+		if !errors.As(err, &se) && !errors.As(err, &re) {
+			t.Fatalf("stream %d at the limit: %v (%T), want a status or a reset\n%s", i, err, err, n.p.logs())
+		}
+		if refused == 0 {
+			firstRefusal = err
+		}
+		refused++
+	}
+	opened := len(streams) - 3
+	t.Logf("%d descriptors held, limit %d: %d more streams opened, then %d refused (%v; slowest answer %v); gozt holds %d",
+		held, fdLimitShared, opened, refused, firstRefusal, slowest.Round(time.Millisecond), countFDs(t, pid))
+	if refused == 0 {
+		t.Fatalf("%d streams opened under a limit of %d more descriptors, none refused: the test proves nothing", opened, headroom)
+	}
+	// Each stream's upstream socket is one descriptor, the last free one
+	// included (a dial that duplicated its socket would fail there).
+	if opened != headroom {
+		t.Errorf("%d streams opened with %d descriptors free, want one each", opened, headroom)
+	}
+	if slowest > 3*time.Second {
+		t.Errorf("a stream at the limit waited %v for its answer, want a prompt refusal", slowest)
+	}
+	for i, st := range streams {
+		if err := echo(st, fmt.Sprintf("still %d", i)); err != nil {
+			t.Fatalf("open stream %d at the limit: %v", i, err)
+		}
+	}
+	select {
+	case <-n.p.exited:
+		t.Fatalf("gozt exited at the descriptor limit: %v\n%s", n.p.err, n.p.logs())
+	default:
+	}
+
+	// Recovery: the streams close, their upstream sockets with them, and a
+	// new stream is served.
+	for _, st := range streams {
+		st.s.Close()
+	}
+	streams = nil
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, err, _ := open(1000)
+		if err == nil {
+			streams = append(streams, st)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no new stream 10s after the others closed: %v\n%s", err, n.p.logs())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// fdLimitShared is gozt's RLIMIT_NOFILE in TestChartGoztAtTheDescriptorLimit.
+const fdLimitShared = 96
+
+// openFileLimit reads process pid's soft RLIMIT_NOFILE from /proc (prlimit
+// on another process needs CAP_SYS_RESOURCE, which CI's root may lack).
+func openFileLimit(t *testing.T, pid int) int {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/limits", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 5 && f[0] == "Max" && f[1] == "open" && f[2] == "files" {
+			n, _ := strconv.Atoi(f[3])
+			return n
+		}
+	}
+	t.Fatalf("no open-files line in /proc/%d/limits", pid)
+	return 0
+}
+
+// countFDs counts the open descriptors of process pid.
+func countFDs(t *testing.T, pid int) int {
+	t.Helper()
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
