@@ -24,9 +24,10 @@ import (
 // the pod's application are opened on one connection, each taking one of
 // gozt's descriptors for its upstream socket, made in the pod's namespace,
 // until the limit, every free descriptor serving a stream: the streams
-// past it are answered at once (a status or a reset, not a wait), the
-// streams already open keep carrying bytes, gozt keeps running, and once
-// the streams close new ones succeed again.
+// past it are answered at once (a status or a reset, not a wait), a new
+// connection to the pod's 15008 is shed, the streams already open keep
+// carrying bytes, gozt keeps running, and once the streams close new ones
+// succeed again.
 func TestChartGoztAtTheDescriptorLimit(t *testing.T) {
 	nstest.RequireRoot(t, "ip", "unshare", "setpriv", "mount", "sh")
 	n := startNode(t, goztBinary(t), render(t, withValues(ourValues(t), map[string]any{"profile": "ambient"})), fdLimitShared)
@@ -138,6 +139,25 @@ func TestChartGoztAtTheDescriptorLimit(t *testing.T) {
 	}
 	if slowest > 3*time.Second {
 		t.Errorf("a stream at the limit waited %v for its answer, want a prompt refusal", slowest)
+	}
+	// A new connection to the pod's 15008 has no descriptor to be accepted
+	// with: gozt's accept loop sheds it (a reset or an end), not a wait in
+	// the accept queue.
+	for i := range 3 {
+		var c net.Conn
+		if err := sockopt.InNetns(n.podPath, func() (err error) {
+			c, err = net.DialTimeout("tcp", net.JoinHostPort(appIP, "15008"), 2*time.Second)
+			return err
+		}); err != nil {
+			continue // refused outright: as good
+		}
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		c.Write([]byte("\x16\x03\x01")) // a TLS record's start; gozt never reads it
+		_, err := c.Read(make([]byte, 1))
+		c.Close()
+		if err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Errorf("new connection %d to 15008 at the limit: read %v, want it shed (a reset or EOF)", i, err)
+		}
 	}
 	for i, st := range streams {
 		if err := echo(st, fmt.Sprintf("still %d", i)); err != nil {
