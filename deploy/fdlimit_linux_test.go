@@ -8,13 +8,13 @@ import (
 	"io"
 	"net"
 	"os"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/gozt/gozt/hbone"
 	"github.com/gozt/gozt/internal/nstest"
+	"github.com/gozt/gozt/internal/proctest"
+	"github.com/gozt/gozt/internal/tcptest"
 	"github.com/gozt/gozt/proxy/sockopt"
 )
 
@@ -40,16 +40,7 @@ func TestChartGoztAtTheDescriptorLimit(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	defer lis.Close()
-	go func() {
-		for {
-			c, err := lis.Accept()
-			if err != nil {
-				return
-			}
-			go func() { io.Copy(c, c); c.Close() }()
-		}
-	}()
+	tcptest.Serve(t, lis, func(c net.Conn) { io.Copy(c, c) })
 	cc := dialPodHBONE(t, n.cp, n.podPath, n.p)
 	defer cc.Close()
 
@@ -70,20 +61,20 @@ func TestChartGoztAtTheDescriptorLimit(t *testing.T) {
 		}
 		return nil
 	}
-	open := func(i int) (stream, error, time.Duration) {
+	open := func(i int) (stream, time.Duration, error) {
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		s, err := cc.Connect(ctx, net.JoinHostPort(appIP, "8080"), nil)
 		if err != nil {
-			return stream{}, err, time.Since(start)
+			return stream{}, time.Since(start), err
 		}
 		st := stream{s: s, r: bufio.NewReader(s)}
 		if err := echo(st, fmt.Sprintf("stream %d", i)); err != nil {
 			s.Close()
-			return stream{}, err, time.Since(start)
+			return stream{}, time.Since(start), err
 		}
-		return st, nil, time.Since(start)
+		return st, time.Since(start), nil
 	}
 
 	// A few streams first, then the limit: what gozt holds now, plus 12.
@@ -94,14 +85,14 @@ func TestChartGoztAtTheDescriptorLimit(t *testing.T) {
 		}
 	}()
 	for i := range 3 {
-		st, err, _ := open(i)
+		st, _, err := open(i)
 		if err != nil {
 			t.Fatalf("stream %d before the limit: %v\n%s", i, err, n.p.logs())
 		}
 		streams = append(streams, st)
 	}
-	held := countFDs(t, pid)
-	if got := openFileLimit(t, pid); got != fdLimitShared {
+	held := proctest.OpenFDs(t, pid)
+	if got := proctest.OpenFileLimit(t, pid); got != fdLimitShared {
 		t.Fatalf("gozt's open-file limit is %d, want %d", got, fdLimitShared)
 	}
 	headroom := fdLimitShared - held
@@ -110,7 +101,7 @@ func TestChartGoztAtTheDescriptorLimit(t *testing.T) {
 	}
 	refused, slowest, firstRefusal := 0, time.Duration(0), error(nil)
 	for i := 3; i < 3+3*headroom && refused < 5; i++ {
-		st, err, took := open(i)
+		st, took, err := open(i)
 		if err == nil {
 			streams = append(streams, st)
 			continue
@@ -128,7 +119,7 @@ func TestChartGoztAtTheDescriptorLimit(t *testing.T) {
 	}
 	opened := len(streams) - 3
 	t.Logf("%d descriptors held, limit %d: %d more streams opened, then %d refused (%v; slowest answer %v); gozt holds %d",
-		held, fdLimitShared, opened, refused, firstRefusal, slowest.Round(time.Millisecond), countFDs(t, pid))
+		held, fdLimitShared, opened, refused, firstRefusal, slowest.Round(time.Millisecond), proctest.OpenFDs(t, pid))
 	if refused == 0 {
 		t.Fatalf("%d streams opened under a limit of %d more descriptors, none refused: the test proves nothing", opened, headroom)
 	}
@@ -178,7 +169,7 @@ func TestChartGoztAtTheDescriptorLimit(t *testing.T) {
 	streams = nil
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		st, err, _ := open(1000)
+		st, _, err := open(1000)
 		if err == nil {
 			streams = append(streams, st)
 			break
@@ -192,31 +183,3 @@ func TestChartGoztAtTheDescriptorLimit(t *testing.T) {
 
 // fdLimitShared is gozt's RLIMIT_NOFILE in TestChartGoztAtTheDescriptorLimit.
 const fdLimitShared = 96
-
-// openFileLimit reads process pid's soft RLIMIT_NOFILE from /proc (prlimit
-// on another process needs CAP_SYS_RESOURCE, which CI's root may lack).
-func openFileLimit(t *testing.T, pid int) int {
-	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/limits", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for line := range strings.SplitSeq(string(b), "\n") {
-		if f := strings.Fields(line); len(f) >= 5 && f[0] == "Max" && f[1] == "open" && f[2] == "files" {
-			n, _ := strconv.Atoi(f[3])
-			return n
-		}
-	}
-	t.Fatalf("no open-files line in /proc/%d/limits", pid)
-	return 0
-}
-
-// countFDs counts the open descriptors of process pid.
-func countFDs(t *testing.T, pid int) int {
-	t.Helper()
-	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(ents)
-}

@@ -20,6 +20,7 @@ import (
 
 	xproxy "golang.org/x/net/proxy"
 
+	"github.com/gozt/gozt/internal/proctest"
 	"github.com/gozt/gozt/internal/tcptest"
 )
 
@@ -56,32 +57,11 @@ func startFDMesh(t *testing.T) *fdMesh {
 	return m
 }
 
-// limit reads the process's soft RLIMIT_NOFILE from /proc.
-func (m *fdMesh) limit(t *testing.T) int {
-	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/limits", m.cmd.Process.Pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for line := range strings.SplitSeq(string(b), "\n") {
-		if f := strings.Fields(line); len(f) >= 5 && f[0] == "Max" && f[1] == "open" && f[2] == "files" {
-			n, _ := strconv.Atoi(f[3])
-			return n
-		}
-	}
-	t.Fatalf("no open-files line in /proc/%d/limits", m.cmd.Process.Pid)
-	return 0
-}
+// limit reads the process's soft RLIMIT_NOFILE.
+func (m *fdMesh) limit(t *testing.T) int { return proctest.OpenFileLimit(t, m.cmd.Process.Pid) }
 
 // fds counts the process's open file descriptors.
-func (m *fdMesh) fds(t *testing.T) int {
-	t.Helper()
-	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", m.cmd.Process.Pid))
-	if err != nil {
-		t.Fatalf("gozt gone? %v\nstderr:\n%s", err, &m.stderr)
-	}
-	return len(ents)
-}
+func (m *fdMesh) fds(t *testing.T) int { return proctest.OpenFDs(t, m.cmd.Process.Pid) }
 
 // cpuTicks is the process's user+system CPU time in clock ticks.
 func (m *fdMesh) cpuTicks(t *testing.T) int {

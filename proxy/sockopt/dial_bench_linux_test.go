@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -249,7 +248,19 @@ func BenchmarkDialLoopback(b *testing.B) {
 		la := d.LocalAddr.(*net.TCPAddr).AddrPort()
 		dials[1] = func() (*net.TCPConn, error) { return d.DialTCP(context.Background(), "tcp", la, dst) }
 	}
-	var took, cpu [2]time.Duration
+	took, cpu, n := interleaveDials(b, dials)
+	b.ReportMetric(float64(took[0].Nanoseconds())/n, "ns/dial")
+	b.ReportMetric(float64(took[1].Nanoseconds())/n, "net-ns/dial")
+	b.ReportMetric(float64(cpu[0].Nanoseconds())/n, "cpu-ns/dial")
+	b.ReportMetric(float64(cpu[1].Nanoseconds())/n, "net-cpu-ns/dial")
+	b.ReportMetric(float64(took[0])/float64(took[1]), "x-net")
+	b.ReportMetric(float64(cpu[0])/float64(cpu[1]), "cpu-x-net")
+}
+
+// interleaveDials runs b's loop over the two dials, alternating which goes
+// first, closing each connection, and returns each dial's total wall and
+// process CPU time and the number of turns.
+func interleaveDials(b *testing.B, dials [2]func() (*net.TCPConn, error)) (took, cpu [2]time.Duration, n float64) {
 	turn := 0
 	for b.Loop() {
 		turn++
@@ -265,13 +276,7 @@ func BenchmarkDialLoopback(b *testing.B) {
 			cpu[i] += processCPU(b) - c0
 		}
 	}
-	n := float64(turn)
-	b.ReportMetric(float64(took[0].Nanoseconds())/n, "ns/dial")
-	b.ReportMetric(float64(took[1].Nanoseconds())/n, "net-ns/dial")
-	b.ReportMetric(float64(cpu[0].Nanoseconds())/n, "cpu-ns/dial")
-	b.ReportMetric(float64(cpu[1].Nanoseconds())/n, "net-cpu-ns/dial")
-	b.ReportMetric(float64(took[0])/float64(took[1]), "x-net")
-	b.ReportMetric(float64(cpu[0])/float64(cpu[1]), "cpu-x-net")
+	return took, cpu, float64(turn)
 }
 
 // processCPU returns the CPU time the process has used, user and system.
@@ -292,19 +297,7 @@ func BenchmarkDialInNetns(b *testing.B) {
 	nstest.RequireRoot(b, "ip")
 	ns := newNetns(b)
 	ns.exec(b, "ip", "link", "set", "lo", "up")
-	f, err := os.Open(ns.path)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer f.Close()
-	home, err := sockopt.HomeNetns()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer home.Close()
-	enter := func(fn func(leave func() error) error) error {
-		return sockopt.EnterNetnsFDHome(int(f.Fd()), int(home.Fd()), fn)
-	}
+	enter := ns.enterFunc(b)
 	var inside net.Listener
 	ns.in(b, func() (err error) { inside, err = net.Listen("tcp4", "127.0.0.1:0"); return err })
 	b.Cleanup(newSinkServer(inside).close)
@@ -315,23 +308,7 @@ func BenchmarkDialInNetns(b *testing.B) {
 		func() (*net.TCPConn, error) { return sockopt.DialInNetns(context.Background(), enter, d, nsDst) },
 		func() (*net.TCPConn, error) { return sockopt.Dial(context.Background(), d, dst) },
 	}
-	var took, cpu [2]time.Duration
-	turn := 0
-	for b.Loop() {
-		turn++
-		for k := range 2 {
-			i := (k + turn) % 2
-			c0, t0 := processCPU(b), time.Now()
-			c, err := dials[i]()
-			if err != nil {
-				b.Fatal(err)
-			}
-			took[i] += time.Since(t0)
-			c.Close()
-			cpu[i] += processCPU(b) - c0
-		}
-	}
-	n := float64(turn)
+	took, cpu, n := interleaveDials(b, dials)
 	b.ReportMetric(float64(took[0].Nanoseconds())/n, "ns/dial")
 	b.ReportMetric(float64(cpu[0].Nanoseconds())/n, "cpu-ns/dial")
 	b.ReportMetric(float64(took[0])/float64(took[1]), "x-dial")

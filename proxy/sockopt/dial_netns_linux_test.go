@@ -23,6 +23,43 @@ import (
 // inNetnsFunc returns ns's InNetnsFunc.
 func (ns netns) inNetnsFunc() sockopt.InNetnsFunc { return sockopt.InNetnsPath(ns.path) }
 
+// enterFunc returns ns's InNetnsFunc as inpod.Netns.Enter makes it: on the
+// calling goroutine (EnterNetnsFDHome), with ns and the process's own
+// namespace held open until tb ends.
+func (ns netns) enterFunc(tb testing.TB) sockopt.InNetnsFunc {
+	tb.Helper()
+	nsf, home := ns.open(tb)
+	return func(fn func(leave func() error) error) error {
+		return sockopt.EnterNetnsFDHome(int(nsf.Fd()), int(home.Fd()), fn)
+	}
+}
+
+// open opens ns and the process's own namespace (HomeNetns) until tb ends.
+func (ns netns) open(tb testing.TB) (nsf, home *os.File) {
+	tb.Helper()
+	nsf, err := os.Open(ns.path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { nsf.Close() })
+	if home, err = sockopt.HomeNetns(); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { home.Close() })
+	return nsf, home
+}
+
+// dials are the two ways to dial, for tests that check both alike.
+var dials = []struct {
+	name string
+	fn   func(ctx context.Context, d *net.Dialer, dst netip.AddrPort) (*net.TCPConn, error)
+}{
+	{"Dial", sockopt.Dial},
+	{"DialInNetns", func(ctx context.Context, d *net.Dialer, dst netip.AddrPort) (*net.TCPConn, error) {
+		return sockopt.DialInNetns(ctx, here, d, dst)
+	}},
+}
+
 // socketNetns returns the inode of the network namespace socket c belongs
 // to (SIOCGSKNS).
 func socketNetns(t *testing.T, c syscall.Conn) uint64 {
@@ -298,19 +335,13 @@ func TestDialTakesAFinishedConnect(t *testing.T) {
 	}
 	defer ln.Close()
 	dst := ln.Addr().(*net.TCPAddr).AddrPort()
-	dials := map[string]func(ctx context.Context, d *net.Dialer, dst netip.AddrPort) (*net.TCPConn, error){
-		"Dial": sockopt.Dial,
-		"DialInNetns": func(ctx context.Context, d *net.Dialer, dst netip.AddrPort) (*net.TCPConn, error) {
-			return sockopt.DialInNetns(ctx, here, d, dst)
-		},
-	}
-	for name, dial := range dials {
+	for _, dial := range dials {
 		for _, src := range []netip.Addr{randomLoopback(), {}} {
 			d := sockopt.Dialer(src, sockopt.Options{})
 			for range 20 {
-				c, err := dial(t.Context(), d, dst)
+				c, err := dial.fn(t.Context(), d, dst)
 				if err != nil {
-					t.Fatalf("%s from %v: %v", name, src, err)
+					t.Fatalf("%s from %v: %v", dial.name, src, err)
 				}
 				s, err := ln.Accept()
 				if err != nil {
@@ -371,15 +402,7 @@ func TestDialTakesAFinishedConnect(t *testing.T) {
 // EADDRNOTAVAIL while the closed one holds the 4-tuple), and fail rather
 // than return one: it would relay a client's bytes back to it.
 func TestDialRefusesASelfConnection(t *testing.T) {
-	for _, dial := range []struct {
-		name string
-		fn   func(ctx context.Context, d *net.Dialer, dst netip.AddrPort) (*net.TCPConn, error)
-	}{
-		{"Dial", sockopt.Dial},
-		{"DialInNetns", func(ctx context.Context, d *net.Dialer, dst netip.AddrPort) (*net.TCPConn, error) {
-			return sockopt.DialInNetns(ctx, here, d, dst)
-		}},
-	} {
+	for _, dial := range dials {
 		t.Run(dial.name, func(t *testing.T) {
 			base := 40000 + rand.IntN(10000)
 			selfConnects := 0
@@ -499,22 +522,11 @@ func TestDialInNetnsAtTheDescriptorLimit(t *testing.T) {
 		nstest.RequireRoot(t, "ip")
 		ns := newNetns(t)
 		ns.exec(t, "ip", "link", "set", "lo", "up")
-		nsf, err := os.Open(ns.path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer nsf.Close()
-		home, err := sockopt.HomeNetns()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer home.Close()
+		enter := ns.enterFunc(t) // its descriptors opened now, as inpod.Netns holds them
 		nln := ns.listen(t, "127.0.0.1:0")
 		defer nln.Close()
 		restore := leaveOneDescriptor(t)
-		c, err := sockopt.DialInNetns(t.Context(), func(fn func(leave func() error) error) error {
-			return sockopt.EnterNetnsFDHome(int(nsf.Fd()), int(home.Fd()), fn)
-		}, &net.Dialer{}, nln.Addr().(*net.TCPAddr).AddrPort())
+		c, err := sockopt.DialInNetns(t.Context(), enter, &net.Dialer{}, nln.Addr().(*net.TCPAddr).AddrPort())
 		_, err2 := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		restore()
 		if err2 == nil {

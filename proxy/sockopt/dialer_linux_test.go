@@ -254,15 +254,7 @@ func TestDialKeepAlive(t *testing.T) {
 		{"dialer idle only", func() *net.Dialer { return &net.Dialer{KeepAlive: 30 * time.Second} }, [4]int{1, 30, 15, 9}},
 		{"off", func() *net.Dialer { return sockopt.Dialer(netip.Addr{}, sockopt.Options{}) }, [4]int{0, -1, -1, -1}},
 	} {
-		for _, dial := range []struct {
-			name string
-			fn   func(ctx context.Context, d *net.Dialer, dst netip.AddrPort) (*net.TCPConn, error)
-		}{
-			{"Dial", sockopt.Dial},
-			{"DialInNetns", func(ctx context.Context, d *net.Dialer, dst netip.AddrPort) (*net.TCPConn, error) {
-				return sockopt.DialInNetns(ctx, here, d, dst)
-			}},
-		} {
+		for _, dial := range dials {
 			t.Run(dial.name+"/"+tc.name, func(t *testing.T) {
 				c, err := dial.fn(t.Context(), tc.d(), dst)
 				if err != nil {

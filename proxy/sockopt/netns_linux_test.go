@@ -330,16 +330,7 @@ func TestEnterNetnsFDHome(t *testing.T) {
 	nstest.RequireRoot(t, "ip")
 	ns := newNetns(t)
 	outside := netnsInode(t)
-	nsFile, err := os.Open(ns.path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nsFile.Close()
-	home, err := sockopt.HomeNetns()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer home.Close()
+	nsFile, home := ns.open(t)
 	if got := fileInode(t, home); got != outside {
 		t.Errorf("HomeNetns is netns %d, want the process's %d", got, outside)
 	}
@@ -357,7 +348,7 @@ func TestEnterNetnsFDHome(t *testing.T) {
 	var inside, after uint64
 	var ln, outLn net.Listener
 	var leaveErrs [2]error
-	err = sockopt.EnterNetnsFDHome(nsfd, homefd, func(leave func() error) (err error) {
+	err := sockopt.EnterNetnsFDHome(nsfd, homefd, func(leave func() error) (err error) {
 		inside = netnsInode(t)
 		if ln, err = net.Listen("tcp4", "127.0.0.1:0"); err != nil {
 			return err

@@ -4,6 +4,8 @@ import (
 	"io"
 	"net"
 	"testing"
+
+	"github.com/gozt/gozt/internal/tcptest"
 )
 
 // BenchmarkHBONEThroughput pushes bytes client → SOCKS5 → outbound → HBONE
@@ -52,23 +54,7 @@ func BenchmarkHBONEThroughput(b *testing.B) {
 // -memprofilerate 1, where.
 func BenchmarkConnect(b *testing.B) {
 	tm := startMeshWith(b, "")
-	ln, err := net.Listen("tcp", tm.ips.Server+":8080")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				io.Copy(c, c)
-			}()
-		}
-	}()
+	tcptest.Echo(b, tm.ips.Server+":8080")
 	b.ReportAllocs()
 	buf := make([]byte, 1)
 	for b.Loop() {
