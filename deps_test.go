@@ -46,6 +46,7 @@ var allowed = map[string][]string{
 	"internal/runner":    {},
 	"internal/jsonshape": {},
 	"internal/tcptest":   {},
+	"internal/proctest":  {},
 	"internal/syncbuf":   {},
 	"internal/dnstest":   {},
 	"internal/workers":   {},
@@ -134,8 +135,8 @@ func contains(list []string, s string) bool {
 
 // binaryBadDeps are packages the gozt binary must never link, with the
 // reason. Test helpers (xds/xdstest, certs/istioca/istiocatest,
-// certs/certstest, hbone/hbonetest, internal/tcptest, internal/dnstest,
-// internal/gctest)
+// certs/certstest, hbone/hbonetest, internal/tcptest, internal/proctest,
+// internal/dnstest, internal/gctest)
 // import testing; internal/syncbuf imports no testing, so only its entry
 // here keeps it out; bench uses xds/xdsserver, the core under xdstest that
 // does not.
@@ -146,6 +147,7 @@ var binaryBadDeps = map[string]string{
 	module + "/xds/xdstest":               "a test helper; use xds/xdsserver",
 	module + "/certs/istioca/istiocatest": "a test helper",
 	module + "/internal/tcptest":          "a test helper",
+	module + "/internal/proctest":         "a test helper",
 	module + "/internal/syncbuf":          "a test helper",
 	module + "/internal/dnstest":          "a test helper",
 	module + "/hbone/hbonetest":           "a test helper",
