@@ -86,11 +86,13 @@ func HomeNetns() (*os.File, error) {
 // on every call, a path walk through procfs that cost more than both
 // setns(2) calls together; the two are the same (see HomeNetns).
 //
-// If the thread cannot be moved back, EnterNetnsFDHome panics: the
-// calling goroutine would otherwise go on in the pod's namespace and make
-// its later sockets there. setns(2) into a namespace file that is held open
-// fails only for want of kernel memory (ztunnel too treats it as something
-// that must never fail).
+// If the thread cannot be moved back, EnterNetnsFDHome ends the process
+// (noWayHome): the calling goroutine would otherwise go on in the pod's
+// namespace and make its later sockets there, and a panic would not do, as
+// a proxy's connection handlers recover from panics and their goroutines go
+// on serving. setns(2) into a namespace file that is held open fails only
+// for want of kernel memory (ztunnel too treats it as something that must
+// never fail, with a panic its tasks unwind from).
 func EnterNetnsFDHome(nsfd, homefd int, fn func(leave func() error) error) error {
 	runtime.LockOSThread()
 	if err := unix.Setns(nsfd, unix.CLONE_NEWNET); err != nil {
@@ -104,13 +106,20 @@ func EnterNetnsFDHome(nsfd, homefd int, fn func(leave func() error) error) error
 		}
 		left = true
 		if err := unix.Setns(homefd, unix.CLONE_NEWNET); err != nil {
-			panic(fmt.Sprintf("sockopt: a thread cannot return from a network namespace: %v", err))
+			noWayHome(err)
 		}
 		runtime.UnlockOSThread()
 		return nil
 	}
 	defer leave()
 	return fn(leave)
+}
+
+// noWayHome ends the process for a thread that cannot leave a pod's
+// namespace, saying why on standard error, where gozt's logs go.
+func noWayHome(err error) {
+	fmt.Fprintf(os.Stderr, "gozt: fatal: a thread cannot return from a network namespace: %v\n", err)
+	os.Exit(2)
 }
 
 // InNetnsPath returns the InNetnsFunc of the network namespace at path,

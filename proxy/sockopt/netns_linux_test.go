@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"runtime"
 	"strings"
 	"syscall"
@@ -403,16 +404,33 @@ func TestEnterNetnsFDHome(t *testing.T) {
 	}
 	checkAllThreads(t, outside)
 
-	// A thread that cannot go home (here: no home descriptor) panics
-	// rather than run its goroutine on in the pod's namespace. The
-	// goroutine then ends locked, and the runtime ends the thread.
-	got := make(chan any, 1)
-	go func() {
-		defer func() { got <- recover() }()
-		sockopt.EnterNetnsFDHome(nsfd, -1, func(func() error) error { return nil })
-	}()
-	if v, ok := (<-got).(string); !ok || !strings.Contains(v, "cannot return from a network namespace") {
-		t.Errorf("EnterNetnsFDHome with no way home: recovered %v, want its panic", v)
+}
+
+// TestEnterNetnsFDHomeNoWayHome: a thread that cannot go home (here: no
+// home descriptor) ends the process with exit status 2 and a line saying
+// why, even under a recover, such as a connection handler's, which a panic
+// would not get past. The test runs itself again as the process to end.
+func TestEnterNetnsFDHomeNoWayHome(t *testing.T) {
+	if path := os.Getenv("GOZT_TEST_NO_WAY_HOME"); path != "" {
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		func() {
+			defer func() { recover() }()
+			sockopt.EnterNetnsFDHome(int(f.Fd()), -1, func(func() error) error { return nil })
+		}()
+		fmt.Println("went on after the thread could not go home")
+		os.Exit(0)
+	}
+	nstest.RequireRoot(t, "ip")
+	ns := newNetns(t)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestEnterNetnsFDHomeNoWayHome$")
+	cmd.Env = append(os.Environ(), "GOZT_TEST_NO_WAY_HOME="+ns.path)
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), "gozt: fatal: a thread cannot return from a network namespace") {
+		t.Errorf("with no way home: %v, output:\n%s\nwant exit status 2 and the fatal line", err, out)
 	}
 }
 
