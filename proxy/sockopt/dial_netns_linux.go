@@ -127,8 +127,8 @@ func dial(ctx context.Context, d *net.Dialer, addr netip.AddrPort) (*net.TCPConn
 
 // dialState is one dial's: a copy of the caller's Dialer whose Control
 // runs the caller's, binds and connects, and what that Control needs, in
-// one allocation (the Control and the function it hands the socket to are
-// method values made once).
+// one allocation besides the two method values (the Control, and the
+// function it hands the socket to) made once per dial.
 type dialState struct {
 	d        net.Dialer
 	orig     *net.Dialer
