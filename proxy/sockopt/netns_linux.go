@@ -39,13 +39,13 @@ func InNetns(path string, fn func() error) error {
 // its socket inside, leaves (InNetnsFunc) and waits for the connect
 // outside.
 func InNetnsFD(nsfd int, fn func() error) error {
-	return inNetns(nsfd, -1, whole(fn))
+	return inNetns(nsfd, whole(fn))
 }
 
 // HomeNetns opens the network namespace that this process's threads run
 // in: that of any thread no InNetnsFD or EnterNetnsFDHome call holds.
 // (InNetnsFD restores or retires every thread it moves, EnterNetnsFDHome
-// restores its thread or panics, and the Go runtime starts new threads from
+// restores its thread or ends the process, and the Go runtime starts new threads from
 // a thread of its own when the one asking is locked, so a thread that runs
 // other goroutines is always there.) It looks from a new goroutine, which
 // never runs on a thread that either holds; /proc/self/ns/net instead names
@@ -131,15 +131,15 @@ func InNetnsPath(path string) InNetnsFunc {
 			return fmt.Errorf("sockopt: open netns: %w", err)
 		}
 		defer f.Close()
-		return inNetns(int(f.Fd()), -1, fn)
+		return inNetns(int(f.Fd()), fn)
 	}
 }
 
-// inNetns runs fn inside nsfd on a goroutine of its own and returns to
-// homefd, or to the namespace the thread was in if homefd is negative.
-func inNetns(nsfd, homefd int, fn func(leave func() error) error) error {
+// inNetns runs fn inside nsfd on a goroutine of its own, whose thread goes
+// back to the namespace it was in.
+func inNetns(nsfd int, fn func(leave func() error) error) error {
 	done := make(chan netnsResult, 1)
-	go runInNetns(nsfd, homefd, fn, done)
+	go runInNetns(nsfd, fn, done)
 	r := <-done
 	if r.panicked {
 		panic(r.panicValue)
@@ -154,22 +154,18 @@ type netnsResult struct {
 }
 
 // runInNetns is inNetns's goroutine: it enters the namespace, runs fn and
-// moves the thread back to homefd, or to the namespace it was in if homefd
-// is negative, when fn calls leave or returns. A thread that cannot be
-// moved back stays locked, so the runtime ends it when the goroutine exits.
-func runInNetns(nsfd, homefd int, fn func(leave func() error) error, done chan<- netnsResult) {
+// moves the thread back to the namespace it was in when fn calls leave or
+// returns. A thread that cannot be moved back stays locked, so the runtime
+// ends it when the goroutine exits.
+func runInNetns(nsfd int, fn func(leave func() error) error, done chan<- netnsResult) {
 	runtime.LockOSThread()
-	orig := homefd
-	if orig < 0 {
-		fd, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			runtime.UnlockOSThread() // never left
-			done <- netnsResult{err: fmt.Errorf("sockopt: open current netns: %w", err)}
-			return
-		}
-		defer unix.Close(fd)
-		orig = fd
+	orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		runtime.UnlockOSThread() // never left
+		done <- netnsResult{err: fmt.Errorf("sockopt: open current netns: %w", err)}
+		return
 	}
+	defer unix.Close(orig)
 	if err := unix.Setns(nsfd, unix.CLONE_NEWNET); err != nil {
 		runtime.UnlockOSThread()
 		done <- netnsResult{err: fmt.Errorf("sockopt: enter netns: %w", err)}
