@@ -186,3 +186,20 @@ func TestFormatAddresses(t *testing.T) {
 		}
 	}
 }
+
+// FuzzAppendJSONString: for any string, the JSON format's encoder writes
+// what encoding/json's Marshal writes.
+func FuzzAppendJSONString(f *testing.F) {
+	for _, s := range []string{"", "a\"b\\c", "<&>", "\u2028", "\xff\xfe", "\x00\x1f\x7f", "é🎉"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		want, err := json.Marshal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := appendJSONString(nil, s); string(got) != string(want) {
+			t.Errorf("appendJSONString(%q) = %s, want %s", s, got, want)
+		}
+	})
+}
