@@ -53,26 +53,24 @@ type formatHandler struct {
 	out    *lockedWriter
 	json   bool
 	scope  string
-	prefix string       // group path, "g." per open group
-	pre    []byte       // attrs formatted once, for plain
-	fields []jsonFields // attrs formatted once, for json
+	prefix string // group path, "g." per open group
+	pre    []byte // attrs formatted once, for plain
+	preJS  []byte // attrs formatted once, for json: `,"key":value` each
 }
-
-type jsonFields = [2]string // name, encoded value
 
 func (h *formatHandler) Enabled(context.Context, slog.Level) bool { return true }
 
 func (h *formatHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
 	next := *h
 	next.pre = append([]byte(nil), h.pre...)
-	next.fields = append([]jsonFields(nil), h.fields...)
+	next.preJS = append([]byte(nil), h.preJS...)
 	for _, a := range attrs {
 		if a.Key == "scope" && h.prefix == "" {
 			next.scope = a.Value.String()
 			continue
 		}
 		next.pre = appendPlainAttr(next.pre, h.prefix, a)
-		next.fields = appendJSONAttr(next.fields, h.prefix, a)
+		next.preJS = flattenAttr(next.preJS, h.prefix, a, appendJSONMember)
 	}
 	return &next
 }
@@ -278,12 +276,7 @@ func (h *formatHandler) formatJSON(b []byte, r slog.Record) []byte {
 	b = appendJSONString(b, h.scopeName())
 	b = append(b, `,"message":`...)
 	b = appendJSONString(b, r.Message)
-	for _, f := range h.fields {
-		b = append(b, ',')
-		b = appendJSONString(b, f[0])
-		b = append(b, ':')
-		b = append(b, f[1]...)
-	}
+	b = append(b, h.preJS...)
 	r.Attrs(func(a slog.Attr) bool {
 		b = flattenAttr(b, h.prefix, a, appendJSONMember)
 		return true
@@ -298,14 +291,6 @@ func appendJSONMember(b []byte, prefix, key string, v slog.Value) []byte {
 	b = appendJSONStringBody(b, key)
 	b = append(b, '"', ':')
 	return appendJSONValue(b, v)
-}
-
-func appendJSONAttr(fields []jsonFields, prefix string, a slog.Attr) []jsonFields {
-	return flattenAttr(fields, prefix, a, appendJSONLeaf)
-}
-
-func appendJSONLeaf(fields []jsonFields, prefix, key string, v slog.Value) []jsonFields {
-	return append(fields, jsonFields{prefix + key, string(appendJSONValue(nil, v))})
 }
 
 func appendJSONValue(b []byte, v slog.Value) []byte {

@@ -8,7 +8,9 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/netip"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -202,4 +204,34 @@ func FuzzAppendJSONString(f *testing.F) {
 			t.Errorf("appendJSONString(%q) = %s, want %s", s, got, want)
 		}
 	})
+}
+
+// TestJSONConcurrentLines: records logged at once through one logger that
+// carries attributes of its own each come out whole, with their own
+// values (the attributes formatted once are shared by every line, never
+// written to).
+func TestJSONConcurrentLines(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(NewFormatHandler(&buf, FormatJSON)).With("a", 1, "b", 2, "c", 3)
+	const n = 200
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { log.Info("m", "n", i, "d", strconv.Itoa(i)) })
+	}
+	wg.Wait()
+	seen := make(map[float64]bool)
+	for line := range strings.SplitSeq(strings.TrimSuffix(buf.String(), "\n"), "\n") {
+		var got map[string]any
+		if err := json.Unmarshal([]byte(line), &got); err != nil {
+			t.Fatalf("line %q: %v", line, err)
+		}
+		i, _ := got["n"].(float64)
+		if got["a"] != 1.0 || got["b"] != 2.0 || got["c"] != 3.0 || got["d"] != strconv.Itoa(int(i)) {
+			t.Errorf("line %q: not its own record's", line)
+		}
+		seen[i] = true
+	}
+	if len(seen) != n {
+		t.Errorf("%d distinct records of %d", len(seen), n)
+	}
 }
