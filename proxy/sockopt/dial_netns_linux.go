@@ -37,13 +37,8 @@ import (
 // (net.Dialer's own redial would make its socket outside, so it is
 // refused).
 func DialInNetns(ctx context.Context, inNetns InNetnsFunc, d *net.Dialer, addr netip.AddrPort) (*net.TCPConn, error) {
-	if ctx.Err() != nil {
-		// net.Dialer fails a done ctx before it makes a socket, so the
-		// namespace is not entered; a socket made anyway would be made
-		// outside, and is refused.
-		ds := newDialState(d, addr)
-		ds.refuse = true
-		return ds.dial(ctx)
+	if err := ctx.Err(); err != nil { // as net.Dialer fails it, without entering the namespace
+		return nil, dialError(d, addr, err)
 	}
 	for try := 1; ; try++ {
 		var c *net.TCPConn
@@ -112,15 +107,12 @@ func selfConnected(c *net.TCPConn) bool {
 // time connect(2) returns (the whole handshake runs in the softirqs of the
 // connecting system call).
 //
-// The socket stays net.Dialer's own, so a dial takes one descriptor, and
-// net.Dialer's timeout, cancellation, keep-alive and redial of a socket
-// connected to itself apply. (Wrapping a socket made here with
-// net.FileConn costs a second descriptor while it duplicates the first:
-// at the descriptor limit, dials then fail with one descriptor still free,
-// which the accept loops take instead of shedding, and TestFDExhaustion's
-// refusals and readiness fail.) Without d.LocalAddr the bind is left out
-// and the kernel picks the source at connect; the address goes through
-// DialContext's resolver, which for an address literal only parses it.
+// The socket stays net.Dialer's own, so a dial takes one descriptor (see
+// DialInNetns for what a second one costs at the limit), and net.Dialer's
+// timeout, cancellation, keep-alive and redial of a socket connected to
+// itself apply. Without d.LocalAddr the bind is left out and the kernel
+// picks the source at connect; the address goes through DialContext's
+// resolver, which for an address literal only parses it.
 func dial(ctx context.Context, d *net.Dialer, addr netip.AddrPort) (*net.TCPConn, error) {
 	return newDialState(d, addr).dial(ctx)
 }
@@ -141,11 +133,10 @@ type dialState struct {
 	// For DialInNetns: leave moves the thread home once the first socket
 	// has started its connect, whose error connErr keeps; net.Dialer's
 	// later sockets (its redial) would be made outside the namespace and
-	// are refused, as every socket is with refuse.
+	// are refused.
 	leave   func() error
 	made    int
 	connErr error
-	refuse  bool
 }
 
 func newDialState(d *net.Dialer, addr netip.AddrPort) *dialState {
@@ -180,7 +171,7 @@ func (ds *dialState) dial(ctx context.Context) (*net.TCPConn, error) {
 // connect, then (in DialInNetns) the way home.
 func (ds *dialState) control(network, address string, rc syscall.RawConn) error {
 	ds.made++
-	if ds.refuse || ds.leave != nil && ds.made > 1 {
+	if ds.leave != nil && ds.made > 1 {
 		return errRedialOutside
 	}
 	err := ds.bindConnect(network, address, rc)
