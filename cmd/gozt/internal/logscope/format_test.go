@@ -156,13 +156,20 @@ func TestJSONStringMatchesEncodingJSON(t *testing.T) {
 		cases = append(cases, string(b), strings.ToValidUTF8(string(b), "\u2028"))
 	}
 	for _, s := range cases {
-		want, err := json.Marshal(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := appendJSONString(nil, s); string(got) != string(want) {
-			t.Errorf("appendJSONString(%q) = %s, want %s", s, got, want)
-		}
+		checkJSONString(t, s)
+	}
+}
+
+// checkJSONString fails t unless appendJSONString writes s as
+// encoding/json's Marshal does.
+func checkJSONString(t *testing.T, s string) {
+	t.Helper()
+	want, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := appendJSONString(nil, s); string(got) != string(want) {
+		t.Errorf("appendJSONString(%q) = %s, want %s", s, got, want)
 	}
 }
 
@@ -195,15 +202,7 @@ func FuzzAppendJSONString(f *testing.F) {
 	for _, s := range []string{"", "a\"b\\c", "<&>", "\u2028", "\xff\xfe", "\x00\x1f\x7f", "é🎉"} {
 		f.Add(s)
 	}
-	f.Fuzz(func(t *testing.T, s string) {
-		want, err := json.Marshal(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := appendJSONString(nil, s); string(got) != string(want) {
-			t.Errorf("appendJSONString(%q) = %s, want %s", s, got, want)
-		}
-	})
+	f.Fuzz(checkJSONString)
 }
 
 // TestJSONConcurrentLines: records logged at once through one logger that
