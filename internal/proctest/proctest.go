@@ -41,3 +41,27 @@ func OpenFDs(tb testing.TB, pid int) int {
 	}
 	return len(ents)
 }
+
+// FDs returns what each of process pid's descriptors refers to (the
+// target of its /proc/pid/fd link: a path, "socket:[inode]", "anon_inode:[eventpoll]").
+func FDs(tb testing.TB, pid int) map[int]string {
+	tb.Helper()
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		tb.Fatalf("process %d gone? %v", pid, err)
+	}
+	fds := make(map[int]string, len(ents))
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		target, err := os.Readlink(dir + "/" + e.Name())
+		if err != nil {
+			continue // closed since the listing
+		}
+		fds[fd] = target
+	}
+	return fds
+}

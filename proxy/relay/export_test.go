@@ -126,3 +126,10 @@ func FDOf(c *net.TCPConn) int {
 // SetBeforeCloseForTest makes f run in p's closes of a socket, just before
 // the close itself.
 func SetBeforeCloseForTest(p *Poller, f func()) { p.beforeClose = f }
+
+// SetErrsForTest reports how many times p failed to make its epoll set.
+func SetErrsForTest(p *Poller) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.setErrs
+}

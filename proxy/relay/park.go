@@ -53,13 +53,14 @@ import (
 type Poller struct {
 	closed atomic.Bool
 
-	mu     sync.Mutex
-	ep     *epollSet                // the private set, made at the first park; nil before and if it failed
-	failed bool                     // making the set failed: park nothing
-	slots  []*parker                // by slot, nil when free
-	free   []int32                  // free slots
-	gen    uint32                   // the last parker generation given out
-	byConn map[*net.TCPConn]*parker // every registered socket
+	mu      sync.Mutex
+	ep      *epollSet                // the private set, made at the first park; nil before, and while making it fails
+	failed  bool                     // closed, or its set failed after it was made: park nothing
+	setErrs int                      // how many times making the set failed
+	slots   []*parker                // by slot, nil when free
+	free    []int32                  // free slots
+	gen     uint32                   // the last parker generation given out
+	byConn  map[*net.TCPConn]*parker // every registered socket
 
 	beforeClose func() // tests only: runs in closeWith just before the close
 }

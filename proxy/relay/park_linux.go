@@ -25,8 +25,10 @@ type epollSet struct {
 	rc syscall.RawConn
 }
 
-// startLocked makes p's epoll set and starts its goroutine, once. It reports
-// whether p has a set.
+// startLocked makes p's epoll set and starts its goroutine, if p has none.
+// It reports whether p has a set. Making it fails when the process is out of
+// descriptors (EMFILE), which passes: the direction waits on its goroutine,
+// as without a Poller, and the next park tries again.
 func (p *Poller) startLocked() bool {
 	if p.ep != nil {
 		return true
@@ -36,7 +38,7 @@ func (p *Poller) startLocked() bool {
 	}
 	ep, err := newEpollSet()
 	if err != nil {
-		p.failed = true // every copy waits on its own goroutine, as without a Poller
+		p.setErrs++
 		return false
 	}
 	p.ep = ep

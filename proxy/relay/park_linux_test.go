@@ -7,6 +7,7 @@ import (
 	"io"
 	mrand "math/rand/v2"
 	"net"
+	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gozt/gozt/internal/proctest"
 	"github.com/gozt/gozt/proxy/relay"
 )
 
@@ -296,6 +298,38 @@ func TestPollerClose(t *testing.T) {
 	readEOF(t, r.client)
 	if out := r.wait(t); out.res != (relay.Result{AToB: 11}) || out.err != nil {
 		t.Errorf("done(%+v, %v), want done({AToB:11}, nil)", out.res, out.err)
+	}
+}
+
+// TestPollerAfterTheDescriptorLimit: a Poller that cannot make its epoll
+// set, because the process has no descriptor left, leaves the connection on
+// its goroutine, and parks it once descriptors are free again: a failure at
+// the limit is not for the process's life.
+func TestPollerAfterTheDescriptorLimit(t *testing.T) {
+	p := relay.NewPoller()
+	defer p.Close()
+	restore := proctest.LeaveDescriptors(t, 5) // startParked's listener and four sockets
+	r := startParked(t, p)
+	if f, err := os.Open(os.DevNull); err == nil {
+		f.Close()
+		restore()
+		t.Fatal("a descriptor is left: the test set nothing up")
+	}
+	exchange(t, r.client, r.server, []byte("at the limit"))
+	waitUntil(t, func() bool { return relay.SetErrsForTest(p) > 0 }, "a failed epoll_create1")
+	restore()
+	if n := p.Parked(); n != 0 {
+		t.Fatalf("%d connections parked without an epoll set", n)
+	}
+	exchange(t, r.client, r.server, []byte("below it"))
+	waitParked(t, p, 1)
+	exchange(t, r.server, r.client, []byte("and back"))
+	r.client.CloseWrite()
+	readEOF(t, r.server)
+	r.server.CloseWrite()
+	readEOF(t, r.client)
+	if out := r.wait(t); out.res != (relay.Result{AToB: 20, BToA: 8}) || out.err != nil {
+		t.Errorf("done(%+v, %v), want done({AToB:20 BToA:8}, nil)", out.res, out.err)
 	}
 }
 

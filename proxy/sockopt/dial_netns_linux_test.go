@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gozt/gozt/internal/nstest"
+	"github.com/gozt/gozt/internal/proctest"
 	"github.com/gozt/gozt/proxy/sockopt"
 )
 
@@ -434,57 +435,6 @@ func TestDialRefusesASelfConnection(t *testing.T) {
 	}
 }
 
-// leaveOneDescriptor fills every free descriptor number below the highest
-// open one and lowers the soft RLIMIT_NOFILE so that exactly one more
-// descriptor can be opened. The returned function undoes both.
-func leaveOneDescriptor(t *testing.T) (restore func()) {
-	t.Helper()
-	var lim unix.Rlimit
-	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
-		t.Fatal(err)
-	}
-	var fillers []int
-	undo := func() {
-		if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
-			t.Errorf("restore RLIMIT_NOFILE: %v", err)
-		}
-		for _, fd := range fillers {
-			unix.Close(fd)
-		}
-	}
-	entries, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	highest := 0
-	for _, e := range entries {
-		var fd int
-		if _, err := fmt.Sscan(e.Name(), &fd); err == nil {
-			highest = max(highest, fd)
-		}
-	}
-	// Each open takes the lowest free number: the first above highest means
-	// every number below it is taken.
-	for {
-		fd, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			undo()
-			t.Fatal(err)
-		}
-		if fd > highest {
-			unix.Close(fd)
-			cur := lim
-			cur.Cur = uint64(fd) + 1
-			if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &cur); err != nil {
-				undo()
-				t.Fatal(err)
-			}
-			return undo
-		}
-		fillers = append(fillers, fd)
-	}
-}
-
 // TestDialInNetnsAtTheDescriptorLimit: a shared-mode dial takes one
 // descriptor, as net.Dialer's does, so with one left it connects (a socket
 // made elsewhere and duplicated into a net.Conn would need two, and fail
@@ -499,7 +449,7 @@ func TestDialInNetnsAtTheDescriptorLimit(t *testing.T) {
 	defer ln.Close()
 	dst := ln.Addr().(*net.TCPAddr).AddrPort()
 	check := func(t *testing.T, inNetns sockopt.InNetnsFunc) {
-		restore := leaveOneDescriptor(t)
+		restore := proctest.LeaveDescriptors(t, 1)
 		c, err := sockopt.DialInNetns(t.Context(), inNetns, sockopt.Dialer(netip.Addr{}, sockopt.Options{}), dst)
 		_, err2 := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		restore()
@@ -525,7 +475,7 @@ func TestDialInNetnsAtTheDescriptorLimit(t *testing.T) {
 		enter := ns.enterFunc(t) // its descriptors opened now, as inpod.Netns holds them
 		nln := ns.listen(t, "127.0.0.1:0")
 		defer nln.Close()
-		restore := leaveOneDescriptor(t)
+		restore := proctest.LeaveDescriptors(t, 1)
 		c, err := sockopt.DialInNetns(t.Context(), enter, &net.Dialer{}, nln.Addr().(*net.TCPAddr).AddrPort())
 		_, err2 := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		restore()
