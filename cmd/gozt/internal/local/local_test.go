@@ -153,7 +153,7 @@ func startMeshOn(t testing.TB, ips meshIPs, vip, extra string, opts Options) *te
 
 // startConfig renders the config template tmpl with data into a file and
 // starts a mesh on it with opts (side ports on 127.0.0.1 unless opts names
-// them, logs into the returned buffer), shut down at the test's end.
+// them, logs into the returned buffer unless opts has a Logger), shut down at the test's end.
 func startConfig(t testing.TB, tmpl string, data any, opts Options) (*Mesh, *syncbuf.Buffer) {
 	t.Helper()
 	var buf bytes.Buffer
@@ -165,7 +165,9 @@ func startConfig(t testing.TB, tmpl string, data any, opts Options) (*Mesh, *syn
 	opts.MetricsAddr = orDefault(opts.MetricsAddr, "127.0.0.1:0")
 	opts.ReadinessAddr = orDefault(opts.ReadinessAddr, "127.0.0.1:0")
 	logs := &syncbuf.Buffer{}
-	opts.Logger = testLogger(t, logs)
+	if opts.Logger == nil {
+		opts.Logger = testLogger(t, logs)
+	}
 	m, err := Start(context.Background(), opts)
 	if err != nil {
 		t.Fatalf("Start: %v", err)
