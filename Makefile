@@ -1,6 +1,12 @@
 # gozt: see README.md. Every target is safe to run on a fresh machine.
 GO ?= go
 PKGS ?= ./...
+# go.mod's toolchain line names the Go that builds and tests gozt (a patch
+# release with the standard library's security fixes); auto lets the go
+# command fetch it from the module proxy on a machine whose own Go is older
+# (Debian's and this project's machines default to GOTOOLCHAIN=local).
+GOTOOLCHAIN ?= auto
+export GOTOOLCHAIN
 
 .PHONY: all build run test test-deps check fmt vet staticcheck bench bench-quick bench-deps image fuzz soak
 
