@@ -8,7 +8,7 @@ PKGS ?= ./...
 GOTOOLCHAIN ?= auto
 export GOTOOLCHAIN
 
-.PHONY: all build run test test-deps check fmt vet staticcheck bench bench-quick bench-deps image fuzz soak
+.PHONY: all build run test test-deps check fmt vet staticcheck vulncheck bench bench-quick bench-deps image fuzz soak
 
 all: build
 
@@ -49,7 +49,10 @@ vet:
 staticcheck:
 	$(GO) tool staticcheck $(PKGS)
 
-check: fmt vet staticcheck test ## gofmt, go vet, staticcheck, tests
+vulncheck: ## govulncheck against a pinned Go vulnerability database, built offline (scripts/vulncheck.sh)
+	./scripts/vulncheck.sh
+
+check: fmt vet staticcheck vulncheck test ## gofmt, go vet, staticcheck, govulncheck, tests
 
 bench: ## side-by-side benchmarks (gozt bench); writes bench/results/
 	$(GO) run ./cmd/gozt bench $(BENCHFLAGS)
