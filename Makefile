@@ -4,7 +4,7 @@ PKGS ?= ./...
 # go.mod's toolchain line names the Go that builds and tests gozt (a patch
 # release with the standard library's security fixes); auto lets the go
 # command fetch it from the module proxy on a machine whose own Go is older
-# (Debian's and this project's machines default to GOTOOLCHAIN=local).
+# (this project's machines set GOTOOLCHAIN=local in their Go's go.env).
 GOTOOLCHAIN ?= auto
 export GOTOOLCHAIN
 

@@ -16,6 +16,9 @@
 # otherwise govulncheck's report and a non-zero status.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# As make does: the Go go.mod's toolchain line names, whose standard library
+# is what gozt's binary is built with, unless the caller chose another.
+export GOTOOLCHAIN=${GOTOOLCHAIN:-auto}
 
 VULN_VERSION=v1.9.0
 VULNDB_VERSION=v0.0.0-20261105234957-e22db6528018
