@@ -37,9 +37,10 @@ if [ ! -x "$tool" ]; then
 fi
 
 if [ ! -f "$db/index/db.json" ]; then
-  # go mod download outside this module, so that go.mod is not consulted.
-  src=$(cd / && go mod download -json "golang.org/x/vulndb@$VULNDB_VERSION" |
-    sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  # Downloaded outside this module, so that go.mod is not consulted; the
+  # path has no upper-case letters, so the cache holds it as spelled.
+  (cd / && go mod download "golang.org/x/vulndb@$VULNDB_VERSION")
+  src=$(go env GOMODCACHE)/golang.org/x/vulndb@$VULNDB_VERSION
   if [ ! -d "$src/data/osv" ]; then
     echo "vulncheck: golang.org/x/vulndb@$VULNDB_VERSION has no data/osv" >&2
     exit 1
