@@ -5,8 +5,9 @@
 # the OSV files of the golang.org/x/vulndb module (the database's own
 # source, served by the module proxy) with that module's indexdb command,
 # once per pinned version, into bin/. Bump VULNDB_VERSION to take newer
-# reports (`go list -m -versions` does not list pseudo-versions;
-# `go list -m golang.org/x/vulndb@master` names the newest).
+# reports: `go list -m golang.org/x/vulndb@latest`, run outside this module,
+# names the newest pseudo-version the proxy serves (it answers no branch
+# names such as @master).
 #
 # It first scans scripts/testdata/vulncanary, a program built on an x/net
 # with a known hole, and fails unless that is reported: a database or scan
