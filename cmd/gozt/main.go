@@ -19,7 +19,6 @@ import (
 	"os/signal"
 	"runtime"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -97,7 +96,7 @@ func runProxy(stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	logger := newLogger(stderr, env.LogFormat, levels)
+	logger := logscope.NewLogger(stderr, env.LogFormat, levels)
 	raiseFileLimit(logger)
 	workers := env.Workers.Count(runtime.NumCPU())
 	runtime.GOMAXPROCS(workers)
@@ -161,7 +160,7 @@ func runLocal(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	opts.Levels = levels
-	opts.Logger = newLogger(stderr, os.Getenv("LOG_FORMAT"), levels)
+	opts.Logger = logscope.NewLogger(stderr, os.Getenv("LOG_FORMAT"), levels)
 	opts.Out = stdout
 	raiseFileLimit(opts.Logger)
 	opts.MemoryLimit = memoryLimit(opts.Logger)
@@ -226,10 +225,4 @@ func logLevels() (*logscope.Levels, error) {
 		filter.Default = &l
 	}
 	return logscope.NewLevels(filter), nil
-}
-
-// newLogger writes logs in ztunnel's plain or JSON format (LOG_FORMAT),
-// filtered by the live levels.
-func newLogger(w io.Writer, format string, levels *logscope.Levels) *slog.Logger {
-	return slog.New(logscope.Handler(logscope.NewFormatHandler(w, strings.ToLower(format)), levels))
 }

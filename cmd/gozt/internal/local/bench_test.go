@@ -2,9 +2,7 @@ package local
 
 import (
 	"io"
-	"log/slog"
 	"net"
-	"strings"
 	"testing"
 
 	"github.com/gozt/gozt/cmd/gozt/internal/logscope"
@@ -56,16 +54,14 @@ func BenchmarkHBONEThroughput(b *testing.B) {
 // the client and the echo allocate per connection; with -memprofile
 // -memprofilerate 1, where.
 func BenchmarkConnect(b *testing.B) {
-	// The binary's logger at its default level (main.go's newLogger), so
-	// each proxy's access line per connection is formatted as in
-	// production, and discarded.
-	levels, err := logscope.Parse("") // RUST_LOG unset
+	// The binary's logger at its default level (RUST_LOG and LOG_FORMAT
+	// unset), so each proxy's access line per connection is formatted as
+	// in production, and discarded.
+	levels, err := logscope.Parse("")
 	if err != nil {
 		b.Fatal(err)
 	}
-	logger := slog.New(logscope.Handler(logscope.NewFormatHandler(io.Discard, "plain"), logscope.NewLevels(levels)))
-	ips := newIPs()
-	tm := startMeshOn(b, ips, strings.Replace(ips.Client, "127.77.", "127.78.", 1), "", Options{Logger: logger})
+	tm := startMeshOpts(b, "", Options{Logger: logscope.NewLogger(io.Discard, logscope.FormatPlain, logscope.NewLevels(levels))})
 	tcptest.Echo(b, tm.ips.Server+":8080")
 	b.ReportAllocs()
 	buf := make([]byte, 1)

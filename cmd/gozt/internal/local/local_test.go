@@ -134,9 +134,15 @@ func startMesh(t *testing.T) *testMesh {
 // startMeshWith starts the base mesh with extra YAML appended to its config.
 func startMeshWith(t testing.TB, extra string) *testMesh {
 	t.Helper()
+	return startMeshOpts(t, extra, Options{})
+}
+
+// startMeshOpts is startMeshWith with opts as for startConfig.
+func startMeshOpts(t testing.TB, extra string, opts Options) *testMesh {
+	t.Helper()
 	ips := newIPs()
 	vip := strings.Replace(ips.Client, "127.77.", "127.78.", 1)
-	return startMeshOn(t, ips, vip, extra, Options{})
+	return startMeshOn(t, ips, vip, extra, opts)
 }
 
 // startMeshOn starts the base mesh, with extra YAML appended to its config,

@@ -19,7 +19,7 @@ func BenchmarkAccessLine(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			log := slog.New(Handler(NewFormatHandler(io.Discard, format), NewLevels(f))).With("scope", "access")
+			log := NewLogger(io.Discard, format, NewLevels(f)).With("scope", "access")
 			src := netip.MustParseAddrPort("10.244.0.9:43210")
 			dst := netip.MustParseAddrPort("10.244.1.7:8080")
 			hbone := netip.MustParseAddrPort("10.244.1.7:15008")

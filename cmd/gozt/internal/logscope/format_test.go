@@ -116,7 +116,7 @@ func TestFormatThroughLevels(t *testing.T) {
 		t.Fatal(err)
 	}
 	var buf bytes.Buffer
-	log := slog.New(Handler(NewFormatHandler(&buf, FormatPlain), NewLevels(f)))
+	log := NewLogger(&buf, FormatPlain, NewLevels(f))
 	log.With("scope", "access").Info("connection complete", "bytes_sent", 1)
 	log.With("scope", "proxy").Info("dropped")
 	log.With("scope", "proxy").Warn("kept")

@@ -14,6 +14,7 @@ package logscope
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"slices"
@@ -194,6 +195,12 @@ func (l *Levels) String() string { return l.cur.Load().String() }
 // Enabled reports whether a record at lvl from scope ("" for none) passes.
 func (l *Levels) Enabled(scope string, lvl slog.Level) bool {
 	return lvl >= l.cur.Load().level(scope)
+}
+
+// NewLogger returns the logger gozt logs through: records in ztunnel's plain
+// or JSON format (LOG_FORMAT, any case) on w, passed on by the live levels.
+func NewLogger(w io.Writer, format string, levels *Levels) *slog.Logger {
+	return slog.New(Handler(NewFormatHandler(w, strings.ToLower(format)), levels))
 }
 
 // Handler returns a handler that passes a record on to inner when its level
