@@ -12,7 +12,11 @@ import (
 // relayRole is the plain Go splice relay: accept, dial a fixed target, and
 // io.Copy both ways between the two *net.TCPConn (which the standard
 // library turns into splice(2)), half-closing each direction at its EOF.
-// It is the floor of any Go TCP proxy.
+// It is the floor of any Go TCP proxy. With --socks it first takes the
+// client's SOCKS5 greeting and request as the x/net pair's outbound does
+// (socksAccept: two replies, success before the dial), so that a relay
+// chain is addressed as the pairs are; it still dials --target, whatever
+// the request names.
 type relayRole struct {
 	noCommands
 	srv    connServer
@@ -23,6 +27,7 @@ func startRelay(_ context.Context, args []string) (role, error) {
 	fs := flag.NewFlagSet("relay", flag.ContinueOnError)
 	listen := fs.String("listen", "", "`ADDR` to accept on")
 	target := fs.String("target", "", "`ADDR` to relay to")
+	socks := fs.Bool("socks", false, "take a SOCKS5 handshake from each client before relaying")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -31,7 +36,14 @@ func startRelay(_ context.Context, args []string) (role, error) {
 		return nil, err
 	}
 	r := &relayRole{listen: l.Addr().String()}
-	r.srv.serve(l, func(c net.Conn) { relayConn(c.(*net.TCPConn), *target) })
+	r.srv.serve(l, func(c net.Conn) {
+		if *socks {
+			if _, err := socksAccept(c); err != nil {
+				return
+			}
+		}
+		relayConn(c.(*net.TCPConn), *target)
+	})
 	return r, nil
 }
 
