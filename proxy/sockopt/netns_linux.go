@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
@@ -165,8 +166,8 @@ func runInNetns(nsfd int, fn func(leave func() error) error, done chan<- netnsRe
 		done <- netnsResult{err: fmt.Errorf("sockopt: open current netns: %w", err)}
 		return
 	}
-	defer unix.Close(orig)
 	if err := unix.Setns(nsfd, unix.CLONE_NEWNET); err != nil {
+		unix.Close(orig)
 		runtime.UnlockOSThread()
 		done <- netnsResult{err: fmt.Errorf("sockopt: enter netns: %w", err)}
 		return
@@ -194,8 +195,20 @@ func runInNetns(nsfd int, fn func(leave func() error) error, done chan<- netnsRe
 	} else if leaveErr != nil && r.err == nil && !r.panicked {
 		r.err = leaveErr
 	}
+	// Closed before the result goes out, not deferred behind it: the
+	// caller, once it has the result, counts on every descriptor this
+	// goroutine opened being free again (at its descriptor limit, the
+	// next socket it makes needs one).
+	unix.Close(orig)
 	done <- r
+	if hook := testHookNetnsSent.Load(); hook != nil {
+		(*hook)()
+	}
 }
+
+// testHookNetnsSent, if set, runs on runInNetns's goroutine once it has
+// sent its result.
+var testHookNetnsSent atomic.Pointer[func()]
 
 // callNetnsFunc calls fn, turning a panic into a result so the thread can be
 // restored before the panic goes on.
