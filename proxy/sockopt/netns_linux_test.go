@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gozt/gozt/internal/nstest"
+	"github.com/gozt/gozt/internal/proctest"
 	"github.com/gozt/gozt/proxy/sockopt"
 )
 
@@ -340,30 +341,15 @@ func TestInNetnsFDClosesBeforeReturning(t *testing.T) {
 	defer home.Close()
 	release := sockopt.HoldNetnsGoroutine()
 	defer release()
-	before := openDescriptors(t)
+	before := proctest.FDs(t, os.Getpid())
 	if err := sockopt.InNetnsFD(int(home.Fd()), func() error { return nil }); err != nil {
 		t.Fatalf("InNetnsFD: %v", err)
 	}
-	after := openDescriptors(t)
+	after := proctest.FDs(t, os.Getpid())
 	release()
 	if len(after) != len(before) {
 		t.Errorf("InNetnsFD returned with %d descriptors open, %d before it: %v, then %v", len(after), len(before), before, after)
 	}
-}
-
-// openDescriptors lists the process's open descriptors (the listing's own
-// included, every time alike).
-func openDescriptors(t *testing.T) []string {
-	t.Helper()
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	names := make([]string, len(ents))
-	for i, e := range ents {
-		names[i] = e.Name()
-	}
-	return names
 }
 
 // TestEnterNetnsFDHome checks HomeNetns, which must name the process's own
