@@ -239,16 +239,27 @@ func (q *connectQuery) resolveGateway(gw *state.GatewayAddress) (w *state.Worklo
 	return w, svc
 }
 
+// Kubelet probe addresses: istio-cni SNATs the kubelet's probes to these
+// and its in-pod rules let them reach the pod without the proxy, so a
+// forwarded source may never claim one (SPEC §1.3).
+var (
+	probeAddr4 = netip.AddrFrom4([4]byte{169, 254, 7, 127})
+	probeAddr6 = netip.MustParseAddr("fd16:9254:7127:1337:ffff:ffff:ffff:ffff")
+	broadcast4 = netip.AddrFrom4([4]byte{255, 255, 255, 255})
+)
+
 // trustedForwarded returns the request's Forwarded for= IP when the peer is
 // a waypoint of the local workload (peerIsLocalWaypoint) and the IP can be
-// the source of a connection to dst: same family, a unicast address, and
-// loopback only toward loopback. Otherwise it returns the zero Addr and the
-// peer's IP stays the source (SPEC §2.5; ztunnel before #908).
+// the source of a connection to dst: same family, a unicast address that is
+// not a kubelet probe address, and loopback only toward loopback. Otherwise
+// it returns the zero Addr and the peer's IP stays the source (SPEC §2.5;
+// ztunnel before #908).
 func (q *connectQuery) trustedForwarded(dst netip.Addr) netip.Addr {
 	fwd := q.forwardedFor
 	switch {
 	case !fwd.IsValid(), fwd.Is4() != dst.Is4(), fwd.IsLoopback() != dst.IsLoopback(),
-		fwd.IsUnspecified(), fwd.IsMulticast(), fwd.IsLinkLocalUnicast(), fwd == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
+		fwd.IsUnspecified(), fwd.IsMulticast(), fwd.IsLinkLocalUnicast(), fwd == broadcast4,
+		fwd == probeAddr4, fwd == probeAddr6:
 		return netip.Addr{}
 	case !q.peerIsLocalWaypoint():
 		return netip.Addr{}
@@ -259,9 +270,13 @@ func (q *connectQuery) trustedForwarded(dst netip.Addr) netip.Addr {
 // peerIsLocalWaypoint reports whether the HBONE peer is a waypoint of the
 // local workload: the workload at the peer's IP has the peer certificate's
 // identity, and it is, or is an endpoint of, the waypoint of the local
-// workload or of one of its services (including weighted waypoints). Both
-// the identity and the IP must match, as in ztunnel's check_from_waypoint
-// before #908 and in isFromWaypoint on the outbound side.
+// workload or of one of its services in the workload's own namespace
+// (including weighted waypoints). Both the identity and the IP must match,
+// as in ztunnel's check_from_waypoint before #908 and in isFromWaypoint on
+// the outbound side. A service of another namespace is skipped: istiod
+// lists it in the pod's services when that namespace's EndpointSlice
+// targets the pod, which the pod's owner does not control, so its waypoint
+// is not one the pod chose.
 func (q *connectQuery) peerIsLocalWaypoint() bool {
 	if q.srcID.IsZero() {
 		return false
@@ -275,7 +290,7 @@ func (q *connectQuery) peerIsLocalWaypoint() bool {
 	}
 	for key := range q.local.Services {
 		svc := q.snap.ServiceByKey(key)
-		if svc == nil {
+		if svc == nil || svc.Namespace != q.local.Namespace {
 			continue
 		}
 		if q.gatewayIncludes(svc.Waypoint, peer) {

@@ -96,6 +96,20 @@ func newInboundStore(t *testing.T) *state.Snapshot {
 	behindSvc, behindWeighted := workload("behind-svc", "ns", "10.0.0.7"), workload("behind-weighted", "ns", "10.0.0.8")
 	behindSvc.Services = map[string]state.PortMap{"ns/svc-wp-host.ns.svc.cluster.local": {80: 8080}}
 	behindWeighted.Services = map[string]state.PortMap{"ns/svc-weighted.ns.svc.cluster.local": {80: 8080}}
+	// A Service of another namespace whose EndpointSlice lists a pod of
+	// ns (istiod then puts it in the pod's services) and whose waypoint is
+	// that namespace's: not a waypoint the pod trusts for Forwarded. Its
+	// endpoint behind-foreign also has the ns waypoint on a foreign
+	// service, and behind-ip6 is behind-ip's IPv6 twin.
+	wpForeign := workload("waypoint", "foreign", "10.0.0.11")
+	svcForeign := service("svc-foreign", "foreign", "svc-foreign.foreign.svc.cluster.local", "10.96.0.11", state.PortMap{80: 8080})
+	svcForeign.Waypoint = &state.GatewayAddress{Address: &state.NetworkAddress{Address: ip("10.0.0.11")}, HBONEMTLSPort: 15008}
+	svcForeignNSWP := service("svc-foreign-nswp", "foreign", "svc-foreign-nswp.foreign.svc.cluster.local", "10.96.0.12", state.PortMap{80: 8080})
+	svcForeignNSWP.Waypoint = wpByIP
+	behindForeign := workload("behind-foreign", "ns", "10.0.0.9")
+	behindForeign.Services = map[string]state.PortMap{svcForeign.Key(): {80: 8080}, svcForeignNSWP.Key(): {80: 8080}}
+	behindIP6 := workload("behind-ip6", "ns", "fd00::4")
+	behindIP6.Waypoint = wpByIP
 	hiddenX := service("hidden", "x", "hidden.example.com", "", state.PortMap{80: 5555})
 	hidden2X := service("hidden2", "x", "hidden2.example.com", "", state.PortMap{80: 5555})
 	hiddenX.Visibility, hidden2X.Visibility = state.VisibilityNamespace, state.VisibilityNamespace
@@ -104,13 +118,14 @@ func newInboundStore(t *testing.T) *state.Snapshot {
 	var errs []error
 	st.Update(func(b *state.Batch) {
 		for _, w := range []*state.Workload{server, workload("other", "ns", "10.0.0.3"), waypoint,
-			behindIP, behindVIP, behindHost, behindSvc, behindWeighted, tunnel, proxyTunnel, proxyTunnel0, deniedTunnel} {
+			behindIP, behindVIP, behindHost, behindSvc, behindWeighted, tunnel,
+			wpForeign, behindForeign, behindIP6, proxyTunnel, proxyTunnel0, deniedTunnel} {
 			errs = append(errs, b.InsertWorkload(w))
 		}
 		for _, s := range []*state.Service{
 			service("svc", "ns", svcHost, "10.96.0.1", state.PortMap{80: 9080, 81: 8181, 82: 0, 83: 15001, 85: 9999}),
 			service("waypoint", "ns", wpHost, "10.96.0.10", state.PortMap{15008: 15008}),
-			svcWPHost, svcWPIP, svcWeighted,
+			svcWPHost, svcWPIP, svcWeighted, svcForeign, svcForeignNSWP,
 			service("no-wp", "ns", "no-wp.ns.svc.cluster.local", "10.96.0.6", state.PortMap{80: 8080}),
 			service("dup", "a", "dup.example.com", "", state.PortMap{80: 1111}),
 			service("dup", "ns", "dup.example.com", "", state.PortMap{80: 2222}),
@@ -405,6 +420,12 @@ func TestDecideConnectForwarded(t *testing.T) {
 		{name: "waypoint ip, no identity", local: "behind-ip", authority: "10.0.0.4:8080", src: wp, srcSA: "-", forwarded: "192.0.2.9", want: "10.0.0.4:8080"},
 		{name: "unknown peer ip", local: "behind-ip", authority: "10.0.0.4:8080", src: "192.0.2.200:40000", srcSA: "waypoint", forwarded: "192.0.2.9", want: "10.0.0.4:8080"},
 		{name: "not this workload's waypoint", local: "server", authority: "10.0.0.2:8080", src: wp, srcSA: "waypoint", forwarded: "192.0.2.9", want: "10.0.0.2:8080"},
+		// Services of another namespace that list the pod (istiod adds them
+		// from that namespace's EndpointSlices): their waypoints, even one
+		// that is also a waypoint of ns, are not the pod's.
+		{name: "foreign service's waypoint", local: "behind-foreign", authority: "10.0.0.9:8080", src: "10.0.0.11:40000", srcNS: "foreign", srcSA: "waypoint", forwarded: "192.0.2.9", want: "10.0.0.9:8080"},
+		{name: "ns waypoint of a foreign service", local: "behind-foreign", authority: "10.0.0.9:8080", src: wp, srcSA: "waypoint", forwarded: "192.0.2.9", want: "10.0.0.9:8080"},
+		{name: "ipv6 waypoint", local: "behind-ip6", authority: "[fd00::4]:8080", src: "[fd00::10]:40000", srcSA: "waypoint", forwarded: "2001:db8::9", want: "[fd00::4]:8080", wantFwd: "2001:db8::9"},
 
 		{name: "other family", local: "behind-ip", authority: "10.0.0.4:8080", src: wp, srcSA: "waypoint", forwarded: "2001:db8::9", want: "10.0.0.4:8080"},
 		{name: "loopback toward a pod", local: "behind-ip", authority: "10.0.0.4:8080", src: wp, srcSA: "waypoint", forwarded: "127.0.0.9", want: "10.0.0.4:8080"},
@@ -412,6 +433,10 @@ func TestDecideConnectForwarded(t *testing.T) {
 		{name: "multicast", local: "behind-ip", authority: "10.0.0.4:8080", src: wp, srcSA: "waypoint", forwarded: "224.0.0.1", want: "10.0.0.4:8080"},
 		{name: "broadcast", local: "behind-ip", authority: "10.0.0.4:8080", src: wp, srcSA: "waypoint", forwarded: "255.255.255.255", want: "10.0.0.4:8080"},
 		{name: "link-local", local: "behind-ip", authority: "10.0.0.4:8080", src: wp, srcSA: "waypoint", forwarded: "169.254.0.9", want: "10.0.0.4:8080"},
+		// The kubelet-probe addresses istio-cni's rules let through
+		// unauthenticated (SPEC §1.4) are never a forwarded source.
+		{name: "ipv4 kubelet probe address", local: "behind-ip", authority: "10.0.0.4:8080", src: wp, srcSA: "waypoint", forwarded: "169.254.7.127", want: "10.0.0.4:8080"},
+		{name: "ipv6 kubelet probe address", local: "behind-ip6", authority: "[fd00::4]:8080", src: "[fd00::10]:40000", srcSA: "waypoint", forwarded: "fd16:9254:7127:1337:ffff:ffff:ffff:ffff", want: "[fd00::4]:8080"},
 
 		// RBAC: the forwarded client is not the source it judges.
 		{name: "forwarded from a denied range", local: "behind-ip", authority: "10.0.0.4:8080", src: wp, srcSA: "waypoint", forwarded: "10.66.0.1", want: "10.0.0.4:8080", wantFwd: "10.66.0.1"},
