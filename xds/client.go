@@ -334,10 +334,11 @@ func (c *Client) runStream(ctx context.Context) streamResult {
 	if err != nil {
 		return streamResult{reasonConnectionError, err}
 	}
+	sendLocked := func(req *discoveryv3.DeltaDiscoveryRequest) error { return stream.Send(req) }
 	send := func(req *discoveryv3.DeltaDiscoveryRequest) error {
 		c.sendMu.Lock()
 		defer c.sendMu.Unlock()
-		return stream.Send(req)
+		return sendLocked(req)
 	}
 	// The initial requests go out before any demand can use the stream:
 	// Demand takes sendMu too, and finds the stream published only once
@@ -365,6 +366,9 @@ func (c *Client) runStream(ctx context.Context) streamResult {
 		// handleResponse applies it under the same relaxation, and ends it.
 		req, ack := c.handleResponse(resp, codec.take(resp))
 		if err := send(req); err != nil {
+			return classifyStreamEnd(streamError(stream, err))
+		}
+		if err := c.sendUnsubscribes(sendLocked); err != nil {
 			return classifyStreamEnd(streamError(stream, err))
 		}
 		if ack {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -40,11 +41,17 @@ var ErrDemandTimeout = errors.New("xds: no answer to an on-demand request")
 //     the current stream's first Address response, initial set).
 //   - send is the current stream's sender once its initial requests are
 //     out, else nil.
+//   - forget holds the names istiod answered or later reported removed,
+//     taken out of subscribed and onStream, that the current stream has
+//     yet to unsubscribe (takeUnsubscribes): a name nothing holds is not
+//     kept subscribed on either side, so that demands for addresses that
+//     do not exist (a flood of random IPs) leave no state behind.
 type demands struct {
 	mu          sync.Mutex
 	subscribed  map[string]struct{}
 	onStream    map[string]struct{}
 	pending     map[string]*demandWait
+	forget      map[string]struct{}
 	send        func(*discoveryv3.DeltaDiscoveryRequest) error
 	initialDone bool // the current stream's first Address response was handled
 }
@@ -63,6 +70,7 @@ type demandWait struct {
 func (d *demands) init() {
 	d.subscribed = make(map[string]struct{})
 	d.pending = make(map[string]*demandWait)
+	d.forget = make(map[string]struct{})
 }
 
 // startDemandStream records that a stream starts with req, its initial
@@ -97,6 +105,7 @@ func (c *Client) endDemandStream() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.send, d.onStream = nil, nil
+	clear(d.forget) // the next stream never subscribes them
 }
 
 // Demand asks istiod for the Address resource key — "network/IP" (network
@@ -186,7 +195,11 @@ func (c *Client) registerDemand(key string) (*demandWait, func(*discoveryv3.Delt
 // response, answers, for the caller to release once resp is applied. It
 // must run before decodeEach consumes resp.Resources. A removed name
 // is no longer re-subscribed on reconnect (ztunnel drops it from
-// known_resources).
+// known_resources), and one the stream subscribed is to be unsubscribed
+// (takeUnsubscribes): istiod answers a name it does not know with a
+// removal and would otherwise keep it in the stream's watched names for
+// the stream's life (deltaWatchedResources only adds), as the client's
+// sets would.
 func (c *Client) matchDemands(resp *discoveryv3.DeltaDiscoveryResponse) []*demandWait {
 	d := &c.demands
 	d.mu.Lock()
@@ -200,6 +213,10 @@ func (c *Client) matchDemands(resp *discoveryv3.DeltaDiscoveryResponse) []*deman
 	}
 	for _, name := range resp.GetRemovedResources() {
 		delete(d.subscribed, name)
+		if _, ok := d.onStream[name]; ok {
+			delete(d.onStream, name)
+			d.forget[name] = struct{}{}
+		}
 		take(name)
 	}
 	if len(d.pending) > 0 {
@@ -222,6 +239,43 @@ func (c *Client) matchDemands(resp *discoveryv3.DeltaDiscoveryResponse) []*deman
 		}
 	}
 	return out
+}
+
+// sendUnsubscribes sends, on the current stream, one request
+// unsubscribing the names matchDemands set to forget, unless nothing is to
+// be forgotten. It runs after the response's ACK went out: istiod takes a
+// subscription change carried by an ACK for an error. sendMu is held from
+// taking the names to sending them, so a demand for one of them made
+// meanwhile either keeps it off the list (it is back on the stream) or
+// sends its subscription after this request.
+func (c *Client) sendUnsubscribes(send func(*discoveryv3.DeltaDiscoveryRequest) error) error {
+	c.sendMu.Lock()
+	defer c.sendMu.Unlock()
+	names := c.takeUnsubscribes()
+	if len(names) == 0 {
+		return nil
+	}
+	return send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: AddressTypeURL, ResourceNamesUnsubscribe: names})
+}
+
+// takeUnsubscribes empties the names to forget and returns, sorted, those
+// not subscribed again since.
+func (c *Client) takeUnsubscribes() []string {
+	d := &c.demands
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.forget) == 0 {
+		return nil
+	}
+	names := make([]string, 0, len(d.forget))
+	for name := range d.forget {
+		if _, back := d.onStream[name]; !back {
+			names = append(names, name)
+		}
+	}
+	clear(d.forget)
+	slices.Sort(names)
+	return names
 }
 
 // releaseDemands wakes the waiters of ws.

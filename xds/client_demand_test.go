@@ -3,6 +3,7 @@ package xds_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"slices"
 	"sync"
@@ -268,5 +269,55 @@ func TestDemandOff(t *testing.T) {
 	h := newHarness(t, nil)
 	if err := h.client.Demand(context.Background(), "x"); !errors.Is(err, xds.ErrOnDemandOff) {
 		t.Errorf("Demand = %v, want ErrOnDemandOff", err)
+	}
+}
+
+// TestDemandForgetsUnknownNames: istiod answers a name it does not know
+// with a removal; the client then unsubscribes it (istiod would otherwise
+// keep it watched for the stream's life) and keeps it in neither of its
+// sets, so demands for addresses that do not exist, as a peer naming
+// random IPs makes, leave no state on either side. A forgotten name
+// demanded again is asked again, and found once it exists. Before issue
+// 36 every name stayed in both sets for good.
+func TestDemandForgetsUnknownNames(t *testing.T) {
+	h := onDemandHarness(t, 0)
+	h.start()
+	h.waitReady()
+	ctx := demandCtx(t)
+	const n = 300
+	for i := range n {
+		if err := h.client.Demand(ctx, fmt.Sprintf("/10.9.%d.%d", i>>8, i&0xff)); err != nil {
+			t.Fatalf("Demand: %v", err)
+		}
+	}
+	unsubscribed := make(map[string]bool)
+	for len(unsubscribed) < n {
+		r := h.srv.NextRequest(t, func(r *discoveryv3.DeltaDiscoveryRequest) bool {
+			return r.GetTypeUrl() == xds.AddressTypeURL && r.GetResponseNonce() == "" &&
+				len(r.GetResourceNamesUnsubscribe()) > 0 && len(r.GetResourceNamesSubscribe()) == 0
+		})
+		for _, name := range r.GetResourceNamesUnsubscribe() {
+			unsubscribed[name] = true
+		}
+	}
+	if sub, on := xds.DemandSets(h.client); sub != 0 || on != 0 {
+		t.Errorf("after %d unknown names the client keeps %d subscribed and %d on the stream, want 0 and 0", n, sub, on)
+	}
+
+	// Forgotten, asked again, and found once the workload exists.
+	const key = "/10.0.0.7"
+	if err := h.client.Demand(ctx, key); err != nil {
+		t.Fatalf("Demand(%s) before the workload exists: %v", key, err)
+	}
+	waitFor(t, "the unknown name to be forgotten", func() bool { sub, on := xds.DemandSets(h.client); return sub+on == 0 })
+	h.srv.PushWorkload(wl("remote", 7))
+	if err := h.client.Demand(ctx, key); err != nil {
+		t.Fatalf("Demand(%s) again: %v", key, err)
+	}
+	if w := h.store.Snapshot().WorkloadByIP("", netip.MustParseAddr("10.0.0.7")); w == nil || w.UID != "remote" {
+		t.Errorf("after the second demand the store holds %v, want workload remote", w)
+	}
+	if sub, on := xds.DemandSets(h.client); sub != 1 || on != 1 {
+		t.Errorf("a found name: %d subscribed, %d on the stream, want 1 and 1", sub, on)
 	}
 }

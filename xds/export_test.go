@@ -31,3 +31,11 @@ func DemandWaiters(c *Client, key string) int {
 	}
 	return 0
 }
+
+// DemandSets returns how many names the client keeps subscribed for
+// reconnects and on the current stream.
+func DemandSets(c *Client) (subscribed, onStream int) {
+	c.demands.mu.Lock()
+	defer c.demands.mu.Unlock()
+	return len(c.demands.subscribed), len(c.demands.onStream)
+}
