@@ -204,7 +204,7 @@ func (p *Proxy) checkConnect(s *hbone.ServerStream) (inboundRequest, *inboundErr
 	req := inboundRequest{src: addrPortOf(conn.RemoteAddr()), l3dst: addrPortOf(conn.LocalAddr()), header: s.Header()}
 	req.viaGateway = fromGateway(req.header.Values(headerForwardedNetwork), p.cfg.Network)
 	// The fetching happens here, so that the decision stays pure.
-	req.snap = p.fetchInbound(p.cfg.Store.Snapshot(), req.src, req.l3dst, s.Authority(), req.viaGateway)
+	req.snap = p.fetchInbound(p.cfg.Store.Snapshot(), req.src, req.l3dst, s.Method(), s.Authority(), req.viaGateway)
 	if v, ok := p.peers.Load(conn); ok { // always: handleInbound stored it
 		pr := v.(*peer)
 		req.srcID, req.srcPrincipal = pr.id, pr.principal

@@ -84,6 +84,9 @@ type Metrics struct {
 	// or by restarting the listen when the spare is lost, accept.go) or
 	// memory_pressure (admission.go) (gozt only, TESTPLAN F21, F22).
 	shed *prometheus.CounterVec
+	// demandRefusals counts on-demand fetches a proxy's DemandLimits
+	// refused, by reason.
+	demandRefusals *prometheus.CounterVec
 
 	mu     sync.RWMutex
 	series map[trafficLabels]*series
@@ -162,9 +165,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "gozt_connections_shed_total",
 			Help: "New connections refused at once (a TCP reset, or 503 to a CONNECT) because the process ran out of file descriptors or memory (gozt only)",
 		}, []string{"listener", "reason"}),
+		demandRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gozt_xds_on_demand_refused_total",
+			Help: "On-demand xDS lookups not sent because the proxy's rate or outstanding bound was reached; the connection was decided as after a miss (gozt only)",
+		}, []string{"reason"}),
 		series: make(map[trafficLabels]*series),
 	}
-	reg.MustRegister(m.sockets, m.crlRejections, m.crlUntracked, m.forwarded, m.panics, m.shed)
+	reg.MustRegister(m.sockets, m.crlRejections, m.crlUntracked, m.forwarded, m.panics, m.shed, m.demandRefusals)
+	for _, reason := range []string{demandRefusedRate, demandRefusedOutstanding} {
+		m.demandRefusals.WithLabelValues(reason)
+	}
 	for name := range listenerReporter {
 		m.panics.WithLabelValues(name)
 		for _, reason := range []string{shedFDExhausted, shedMemoryPressure} {
@@ -180,6 +190,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	m.seedEmptySeries()
 	return m
+}
+
+// demandRefused counts one on-demand fetch refused for reason.
+func (m *Metrics) demandRefused(reason string) {
+	m.demandRefusals.WithLabelValues(reason).Inc()
 }
 
 // seedEmptySeries creates, at 0, the one series of each traffic counter

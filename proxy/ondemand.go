@@ -1,7 +1,10 @@
 package proxy
 
 import (
+	"net/http"
 	"net/netip"
+
+	"golang.org/x/time/rate"
 
 	"github.com/gozt/gozt/proxy/state"
 )
@@ -14,8 +17,78 @@ import (
 // fails (no answer in time, the proxy stopping) counts as a miss: the
 // decision then runs as it would for an unknown address.
 
-// demand fetches key and returns the store's newest snapshot.
+// DemandLimits bounds one proxy's on-demand fetches, so that a peer (any
+// mTLS client of an inbound listener) or the workload itself, naming
+// address after unknown address, costs istiod and this process a bounded
+// number of requests: a token bucket of Rate fetches per second holding
+// Burst, and at most Outstanding fetches waiting for an answer at once.
+// A fetch past either bound is not sent; the connection's decision runs as
+// it would after a miss. Zero fields take the defaults.
+type DemandLimits struct {
+	Rate        float64 // fetches per second; if zero 50
+	Burst       int     // if zero 100
+	Outstanding int     // if zero 64
+}
+
+// Default on-demand limits: far above what a workload meets in steady state
+// (one fetch per address it has not reached before), far below a flood.
+const (
+	defaultDemandRate        = 50
+	defaultDemandBurst       = 100
+	defaultDemandOutstanding = 64
+)
+
+// Reasons an on-demand fetch was refused (gozt_xds_on_demand_refused_total).
+const (
+	demandRefusedRate        = "rate"
+	demandRefusedOutstanding = "outstanding"
+)
+
+// demandGate enforces a proxy's DemandLimits.
+type demandGate struct {
+	tokens *rate.Limiter
+	slots  chan struct{} // one per fetch waiting for its answer
+}
+
+func newDemandGate(l DemandLimits) *demandGate {
+	if l.Rate <= 0 {
+		l.Rate = defaultDemandRate
+	}
+	if l.Burst <= 0 {
+		l.Burst = defaultDemandBurst
+	}
+	if l.Outstanding <= 0 {
+		l.Outstanding = defaultDemandOutstanding
+	}
+	return &demandGate{tokens: rate.NewLimiter(rate.Limit(l.Rate), l.Burst), slots: make(chan struct{}, l.Outstanding)}
+}
+
+// enter takes a slot and a token for one fetch, or returns the reason it
+// may not run; release gives the slot back.
+func (g *demandGate) enter() (refused string) {
+	select {
+	case g.slots <- struct{}{}:
+	default:
+		return demandRefusedOutstanding
+	}
+	if !g.tokens.Allow() {
+		<-g.slots
+		return demandRefusedRate
+	}
+	return ""
+}
+
+func (g *demandGate) release() { <-g.slots }
+
+// demand fetches key, within the proxy's DemandLimits, and returns the
+// store's newest snapshot.
 func (p *Proxy) demand(key string) *state.Snapshot {
+	if reason := p.demands.enter(); reason != "" {
+		p.cfg.Metrics.demandRefused(reason)
+		p.log.Debug("on-demand xDS lookup refused", "name", key, "over", reason)
+		return p.cfg.Store.Snapshot()
+	}
+	defer p.demands.release()
 	if err := p.cfg.Demand.Demand(p.lifetime, key); err != nil {
 		p.log.Debug("on-demand xDS lookup failed", "name", key, "error", err)
 	}
@@ -105,17 +178,23 @@ func (p *Proxy) fetchGateway(snap *state.Snapshot, gw *state.GatewayAddress, ns 
 // fetch_workload_by_address in Inbound::build_inbound_request), and the
 // workload or service at an authority IP other than the one the
 // connection reached, which validate_destination fetches on demand to see
-// whether the local workload is its waypoint.
-func (p *Proxy) fetchInbound(snap *state.Snapshot, src, l3dst netip.AddrPort, rawAuthority string, viaGateway bool) *state.Snapshot {
-	if p.cfg.Demand == nil {
+// whether the local workload is its waypoint. A request that the checks
+// needing no state refuse (a method other than CONNECT, an authority that
+// does not parse: decideConnect's steps 1 and 2) fetches nothing, so that
+// it costs istiod nothing either.
+func (p *Proxy) fetchInbound(snap *state.Snapshot, src, l3dst netip.AddrPort, method, rawAuthority string, viaGateway bool) *state.Snapshot {
+	if p.cfg.Demand == nil || method != http.MethodConnect {
+		return snap
+	}
+	auth, err := parseAuthority(rawAuthority)
+	if err != nil {
 		return snap
 	}
 	if !viaGateway {
 		snap = p.fetchPeer(snap, src)
 	}
 	local := p.localWorkload(snap)
-	auth, err := parseAuthority(rawAuthority)
-	if err != nil || auth.host != "" || local == nil || local.ApplicationTunnel != nil {
+	if auth.host != "" || local == nil || local.ApplicationTunnel != nil {
 		return snap
 	}
 	target := auth.addr.Addr()

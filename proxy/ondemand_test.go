@@ -3,12 +3,18 @@ package proxy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/netip"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/gozt/gozt/proxy/state"
 )
@@ -54,9 +60,11 @@ func demandProxy(t *testing.T, store *state.Store, network string, d *fakeDemand
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	p := &Proxy{
-		cfg:      Config{Store: store, Network: network, WorkloadUID: "c//Pod/ns/server"},
+		cfg: Config{Store: store, Network: network, WorkloadUID: "c//Pod/ns/server",
+			Metrics: NewMetrics(prometheus.NewRegistry())},
 		log:      slog.New(slog.DiscardHandler),
 		lifetime: ctx,
+		demands:  newDemandGate(DemandLimits{}),
 	}
 	if d != nil {
 		d.ctx = ctx
@@ -368,6 +376,7 @@ func TestFetchInbound(t *testing.T) {
 	other := func() *state.Workload { return nsWorkload("other", "10.0.0.9") }
 	cases := []struct {
 		demandCase
+		method     string // if empty CONNECT
 		authority  string
 		viaGateway bool
 	}{
@@ -409,6 +418,13 @@ func TestFetchInbound(t *testing.T) {
 			fill: inserts(wls(server(), client()))}, authority: "svc.ns.svc.cluster.local:80"},
 		{demandCase: demandCase{name: "malformed authority",
 			fill: inserts(wls(server(), client()))}, authority: "10.0.0.9"},
+		// Requests refused before any state is read fetch nothing, not even
+		// the unknown peer (issue 36: a flood of bad requests must not
+		// reach istiod).
+		{demandCase: demandCase{name: "malformed authority, unknown peer",
+			fill: inserts(wls(server()))}, authority: "10.0.0.9"},
+		{demandCase: demandCase{name: "not CONNECT, unknown peer and authority address",
+			fill: inserts(wls(server()))}, method: "GET", authority: "10.0.0.9:80"},
 		{demandCase: demandCase{name: "local workload with an application tunnel",
 			fill: func(b *state.Batch) []error {
 				w := server()
@@ -441,7 +457,11 @@ func TestFetchInbound(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			src, l3dst := netip.MustParseAddrPort("10.0.0.1:40000"), netip.MustParseAddrPort("10.0.0.2:15008")
 			tc.run(t, func(p *Proxy, snap *state.Snapshot) *state.Snapshot {
-				return p.fetchInbound(snap, src, l3dst, tc.authority, tc.viaGateway)
+				method := tc.method
+				if method == "" {
+					method = "CONNECT"
+				}
+				return p.fetchInbound(snap, src, l3dst, method, tc.authority, tc.viaGateway)
 			})
 		})
 	}
@@ -473,5 +493,114 @@ func TestFetchPeer(t *testing.T) {
 			src := netip.MustParseAddrPort(tc.src)
 			tc.run(t, func(p *Proxy, snap *state.Snapshot) *state.Snapshot { return p.fetchPeer(snap, src) })
 		})
+	}
+}
+
+// countingDemander is a state.Demander that counts the demands it is asked
+// for and answers each with a miss, after waiting for release if that is
+// non-nil.
+type countingDemander struct {
+	asked   atomic.Int64
+	release chan struct{}
+}
+
+func (d *countingDemander) Demand(ctx context.Context, key string) error {
+	d.asked.Add(1)
+	if d.release != nil {
+		select {
+		case <-d.release:
+		case <-ctx.Done():
+		}
+	}
+	return errNoAnswer
+}
+
+// TestDemandFloodBounded: a flood of CONNECTs naming 100,000 different
+// unknown authority IPs (what any mTLS peer can send) asks the demander at
+// most the token bucket's worth: the burst plus the rate over the flood's
+// duration. Every fetch not sent is counted in
+// gozt_xds_on_demand_refused_total, and once the bucket refills a
+// legitimate fetch goes out again. Before the bound every one of the
+// 100,000 became a request to istiod (issue 36).
+func TestDemandFloodBounded(t *testing.T) {
+	const flood, burst, perSecond = 100_000, 20, 100
+	store := storeWith(t, inserts(wls(nsWorkload("server", "10.0.0.2"), nsWorkload("client", "10.0.0.1"))))
+	p := demandProxy(t, store, "", nil)
+	d := &countingDemander{}
+	p.cfg.Demand = d
+	p.demands = newDemandGate(DemandLimits{Rate: perSecond, Burst: burst})
+	src, l3dst := netip.MustParseAddrPort("10.0.0.1:40000"), netip.MustParseAddrPort("10.0.0.2:15008")
+
+	start := time.Now()
+	for i := range flood {
+		auth := netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)}), 80).String()
+		p.fetchInbound(store.Snapshot(), src, l3dst, "CONNECT", auth, false)
+	}
+	elapsed := time.Since(start)
+	asked := d.asked.Load()
+	if bound := burst + int64(elapsed.Seconds()*perSecond) + 1; asked > bound {
+		t.Errorf("%d CONNECTs in %v asked the demander %d times, want at most %d", flood, elapsed, asked, bound)
+	}
+	if asked < burst {
+		t.Errorf("the demander was asked %d times, want at least the burst, %d", asked, burst)
+	}
+	refused := testutil.ToFloat64(p.cfg.Metrics.demandRefusals.WithLabelValues(demandRefusedRate))
+	if int64(refused)+asked != flood {
+		t.Errorf("refused %v + asked %d, want %d", refused, asked, flood)
+	}
+
+	// The bucket refills: a new unknown address is asked for again.
+	time.Sleep(2 * time.Second / perSecond)
+	before := d.asked.Load()
+	p.fetchInbound(store.Snapshot(), src, l3dst, "CONNECT", "10.2.0.1:80", false)
+	if d.asked.Load() != before+1 {
+		t.Error("after the flood, a fetch with a token in the bucket was not sent")
+	}
+}
+
+// TestDemandOutstandingBounded: with istiod silent, at most Outstanding
+// fetches of one proxy wait at once; one more is refused at once (counted
+// as "outstanding") rather than holding a goroutine and a request, and a
+// slot freed by an answer is usable again.
+func TestDemandOutstandingBounded(t *testing.T) {
+	const outstanding = 4
+	store := storeWith(t, inserts(wls(nsWorkload("server", "10.0.0.2"), nsWorkload("client", "10.0.0.1"))))
+	p := demandProxy(t, store, "", nil)
+	d := &countingDemander{release: make(chan struct{})}
+	p.cfg.Demand = d
+	p.demands = newDemandGate(DemandLimits{Rate: 1e6, Burst: 1000, Outstanding: outstanding})
+	src, l3dst := netip.MustParseAddrPort("10.0.0.1:40000"), netip.MustParseAddrPort("10.0.0.2:15008")
+	fetch := func(i int) {
+		p.fetchInbound(store.Snapshot(), src, l3dst, "CONNECT", fmt.Sprintf("10.1.0.%d:80", i), false)
+	}
+
+	var wg sync.WaitGroup
+	for i := range outstanding {
+		wg.Go(func() { fetch(i) })
+	}
+	for d.asked.Load() < outstanding {
+		time.Sleep(time.Millisecond)
+	}
+	// Every slot is taken: one more returns at once, without waiting for
+	// istiod.
+	returned := make(chan struct{})
+	go func() { fetch(100); close(returned) }()
+	select {
+	case <-returned:
+	case <-time.After(10 * time.Second):
+		close(d.release)
+		<-returned
+		wg.Wait()
+		t.Fatalf("a fetch past %d outstanding waited for istiod", outstanding)
+	}
+	refused := p.cfg.Metrics.demandRefusals.WithLabelValues(demandRefusedOutstanding)
+	if got := testutil.ToFloat64(refused); got != 1 || d.asked.Load() != outstanding {
+		t.Errorf("with %d fetches waiting, one more: refused %v, demander asked %d; want 1 and %d", outstanding, got, d.asked.Load(), outstanding)
+	}
+	close(d.release)
+	wg.Wait()
+	fetch(101)
+	if d.asked.Load() != outstanding+1 {
+		t.Errorf("after the waits ended the demander was asked %d times, want %d", d.asked.Load(), outstanding+1)
 	}
 }

@@ -99,6 +99,9 @@ type Config struct {
 	// the control plane before a connection is decided (XDS_ON_DEMAND,
 	// SPEC §5.3; ondemand.go). Nil: a miss is final.
 	Demand state.Demander
+	// DemandLimits bounds this proxy's on-demand fetches; zero fields take
+	// the defaults (ondemand.go).
+	DemandLimits DemandLimits
 	// Certs issues the workload certificates. Required.
 	Certs CertSource
 	// Metrics records traffic metrics. Required.
@@ -209,6 +212,7 @@ type Proxy struct {
 	relays  *relay.Poller
 	dns     *dns.Server  // or nil
 	illegal illegalPorts // ports a connection may never target (SPEC §1.2)
+	demands *demandGate  // bounds the on-demand fetches (ondemand.go)
 	// transparent reports whether IP_TRANSPARENT took effect on the inbound
 	// listener; set by Listen, read-only afterwards.
 	transparent bool
@@ -267,6 +271,7 @@ func New(cfg Config) (*Proxy, error) {
 		p.illegal[4] = cfg.DNSAddrs[0].Port()
 	}
 	p.lifetime, p.cancel = context.WithCancel(context.Background())
+	p.demands = newDemandGate(cfg.DemandLimits)
 	p.pool = hbone.NewPool(hbone.PoolConfig{
 		Dial:              p.dialHBONE,
 		MaxStreamsPerConn: p.poolMaxStreams(),
