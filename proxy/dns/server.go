@@ -161,7 +161,7 @@ func (s *Server) Listen(ctx context.Context) (err error) {
 func (s *Server) newListener(srv *dns.Server, addr net.Addr, network string) *listener {
 	l := &listener{srv: srv, addr: addr, network: network, started: make(chan struct{}), done: make(chan struct{})}
 	srv.Handler = s.handler(network)
-	srv.MsgAcceptFunc = acceptAll
+	srv.MsgAcceptFunc = acceptQueries
 	srv.NotifyStartedFunc = func() { close(l.started) }
 	srv.ReadTimeout = requestTimeout
 	srv.WriteTimeout = requestTimeout
@@ -174,9 +174,26 @@ func noIPv6(err error) bool {
 	return errors.Is(err, syscall.EADDRNOTAVAIL) || errors.Is(err, syscall.EAFNOSUPPORT)
 }
 
-// acceptAll hands every message with a header to the handler, which
-// answers FORMERR or NOTIMP itself as ztunnel does (Resolver.precheck).
-func acceptAll(dns.Header) dns.MsgAcceptAction { return dns.MsgAccept }
+// qrBit is the QR bit of a header's flags (RFC 1035 §4.1.1): set in a
+// response, clear in a query.
+const qrBit = 1 << 15
+
+// acceptQueries drops every response (QR=1) without a reply and hands
+// every query to the handler, which answers FORMERR or NOTIMP itself as
+// ztunnel does (Resolver.precheck).
+//
+// A reply to a response is itself a response: answering one lets a single
+// datagram spoofed from the proxy's own address (or from another proxy's)
+// bounce for ever, tens of thousands of times a second (issue 36). Hickory,
+// ztunnel's DNS server, returns before handling any response "to avoid DoS
+// attacks from reflection" (crates/server/src/server/server_future.rs,
+// handle_request); miekg/dns's own default does the same.
+func acceptQueries(h dns.Header) dns.MsgAcceptAction {
+	if h.Bits&qrBit != 0 {
+		return dns.MsgIgnore
+	}
+	return dns.MsgAccept
+}
 
 func closeSocket(srv *dns.Server) {
 	if srv.PacketConn != nil {
