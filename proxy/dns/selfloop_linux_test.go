@@ -23,12 +23,14 @@ import (
 )
 
 // TestSpoofedSelfResponse (tier 3, issue 36 item 1): one UDP datagram
-// carrying a response (QR=1) whose source is the proxy's own address and
-// port, injected through a raw socket as any pod with CAP_NET_RAW could on
-// its own loopback, is read once and never answered. A proxy that answers
-// it (FORMERR, itself a response) answers itself again and again: tens of
-// thousands of datagrams a second, counted here by the namespace's Udp
-// InDatagrams, which the kernel counts as a socket reads a datagram.
+// whose source is the proxy's own address and port, injected through a raw
+// socket as any pod with CAP_NET_RAW could on its own loopback, is read
+// once and never answered, whether it is a response (QR=1) or a query. A
+// proxy that answers a response (FORMERR, itself a response) answers
+// itself again and again: tens of thousands of datagrams a second, counted
+// here by the namespace's Udp InDatagrams, which the kernel counts as a
+// socket reads a datagram. A proxy that answers a query from itself reads
+// its own answer.
 func TestSpoofedSelfResponse(t *testing.T) {
 	nstest.RequireRoot(t, "ip")
 	for _, tc := range []struct {
@@ -36,6 +38,7 @@ func TestSpoofedSelfResponse(t *testing.T) {
 		response bool
 	}{
 		{"response", true},
+		{"query", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := question("svc1", dns.TypeA)

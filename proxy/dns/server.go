@@ -162,6 +162,7 @@ func (s *Server) newListener(srv *dns.Server, addr net.Addr, network string) *li
 	l := &listener{srv: srv, addr: addr, network: network, started: make(chan struct{}), done: make(chan struct{})}
 	srv.Handler = s.handler(network)
 	srv.MsgAcceptFunc = acceptQueries
+	srv.DecorateReader = func(r dns.Reader) dns.Reader { return screen{Reader: r, self: addrPort(addr)} }
 	srv.NotifyStartedFunc = func() { close(l.started) }
 	srv.ReadTimeout = requestTimeout
 	srv.WriteTimeout = requestTimeout
@@ -193,6 +194,66 @@ func acceptQueries(h dns.Header) dns.MsgAcceptAction {
 		return dns.MsgIgnore
 	}
 	return dns.MsgAccept
+}
+
+// screen is the Reader of one listener: it reads as miekg/dns's own does
+// and drops the messages no reply may go to (answerable) before the
+// server starts serving them.
+type screen struct {
+	dns.Reader
+	self netip.AddrPort // the listener's address
+}
+
+// errUnanswerable ends a TCP connection whose peer no reply may go to.
+var errUnanswerable = errors.New("dns: source cannot be answered")
+
+func (sc screen) ReadUDP(conn *net.UDPConn, timeout time.Duration) ([]byte, *dns.SessionUDP, error) {
+	for {
+		m, s, err := sc.Reader.ReadUDP(conn, timeout)
+		if err != nil || s == nil || answerable(sc.self, addrPort(s.RemoteAddr())) {
+			return m, s, err
+		}
+	}
+}
+
+func (sc screen) ReadTCP(conn net.Conn, timeout time.Duration) ([]byte, error) {
+	if !answerable(sc.self, addrPort(conn.RemoteAddr())) {
+		return nil, errUnanswerable // miekg/dns closes conn
+	}
+	return sc.Reader.ReadTCP(conn, timeout)
+}
+
+// answerable reports whether a reply from the listener at self may go to
+// src. Not to the listener itself: a datagram spoofed from the proxy's own
+// address would have the proxy read its own reply (issue 36); a listener
+// on the unspecified address does not know all of its addresses, so no
+// source with its port is answered (a stub resolver never sends from the
+// proxy's port). Nor to port 0 or the unspecified address, where no reply
+// can arrive, nor to the IPv4 broadcast address, the sources hickory's
+// sanitize_src_address refuses (server_future.rs).
+func answerable(self, src netip.AddrPort) bool {
+	switch {
+	case !src.IsValid() || src.Port() == 0 || src.Addr().IsUnspecified() || src.Addr().Unmap() == broadcast:
+		return false
+	case src.Port() != self.Port():
+		return true
+	}
+	return !self.Addr().IsUnspecified() && src.Addr().Unmap() != self.Addr().Unmap()
+}
+
+// broadcast is the IPv4 limited broadcast address (RFC 919).
+var broadcast = netip.AddrFrom4([4]byte{255, 255, 255, 255})
+
+// addrPort returns a UDP or TCP address as an AddrPort, or the zero
+// AddrPort for any other.
+func addrPort(a net.Addr) netip.AddrPort {
+	switch a := a.(type) {
+	case *net.UDPAddr:
+		return a.AddrPort()
+	case *net.TCPAddr:
+		return a.AddrPort()
+	}
+	return netip.AddrPort{}
 }
 
 func closeSocket(srv *dns.Server) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/netip"
 	"os"
 	"testing"
 	"time"
@@ -110,4 +111,37 @@ func TestResponsesDropped(t *testing.T) {
 			t.Errorf("first reply over TCP: id %d %s, want the query's (id %d) NOERROR", got.Id, dns.RcodeToString[got.Rcode], query.Id)
 		}
 	})
+}
+
+// TestAnswerable: no reply goes to the listener's own address (any
+// address with its port when it listens on the unspecified address), to
+// port 0, the unspecified address or the IPv4 broadcast address.
+func TestAnswerable(t *testing.T) {
+	ap := netip.MustParseAddrPort
+	for _, tc := range []struct {
+		self, src string
+		want      bool
+	}{
+		{"127.0.0.1:15053", "127.0.0.1:40000", true},
+		{"127.0.0.1:15053", "127.0.0.2:15053", true},
+		{"127.0.0.1:15053", "10.1.2.3:15053", true},
+		{"127.0.0.1:15053", "127.0.0.1:15053", false},
+		{"127.0.0.1:15053", "[::ffff:127.0.0.1]:15053", false},
+		{"[::1]:15053", "[::1]:15053", false},
+		{"[::1]:15053", "[::1]:53", true},
+		{"0.0.0.0:15053", "10.1.2.3:15053", false},
+		{"[::]:15053", "127.0.0.1:15053", false},
+		{"0.0.0.0:15053", "10.1.2.3:15054", true},
+		{"127.0.0.1:15053", "127.0.0.1:0", false},
+		{"127.0.0.1:15053", "0.0.0.0:40000", false},
+		{"127.0.0.1:15053", "[::]:40000", false},
+		{"127.0.0.1:15053", "255.255.255.255:40000", false},
+	} {
+		if got := answerable(ap(tc.self), ap(tc.src)); got != tc.want {
+			t.Errorf("answerable(%s, %s) = %v, want %v", tc.self, tc.src, got, tc.want)
+		}
+	}
+	if answerable(ap("127.0.0.1:15053"), netip.AddrPort{}) {
+		t.Error("answerable(127.0.0.1:15053, invalid) = true, want false")
+	}
 }
