@@ -211,7 +211,7 @@ func (sc screen) ReadUDP(conn *net.UDPConn, timeout time.Duration) ([]byte, *dns
 	for {
 		m, s, err := sc.Reader.ReadUDP(conn, timeout)
 		if err != nil || s == nil || answerable(sc.self, addrPort(s.RemoteAddr())) {
-			return m, s, err
+			return decodable(m), s, err
 		}
 	}
 }
@@ -220,8 +220,29 @@ func (sc screen) ReadTCP(conn net.Conn, timeout time.Duration) ([]byte, error) {
 	if !answerable(sc.self, addrPort(conn.RemoteAddr())) {
 		return nil, errUnanswerable // miekg/dns closes conn
 	}
-	return sc.Reader.ReadTCP(conn, timeout)
+	m, err := sc.Reader.ReadTCP(conn, timeout)
+	return decodable(m), err
 }
+
+// decodable returns m, or, if m is a query whose header decodes but whose
+// body does not, its header alone with every section count zero. miekg/dns
+// answers a message it cannot decode FORMERR itself, outside the handler
+// and so outside the in-flight bound; the header alone decodes, and the
+// handler answers it FORMERR (no question) or NOTIMP (an opcode other than
+// QUERY) inside the bound (issue 36 item 1). A message shorter than a
+// header gets no reply from miekg/dns, and a response none from
+// acceptQueries, so neither is decoded here.
+func decodable(m []byte) []byte {
+	if len(m) < headerLen || m[2]&(qrBit>>8) != 0 || new(dns.Msg).Unpack(m) == nil {
+		return m
+	}
+	h := m[:headerLen] // same array: miekg/dns pools UDP buffers by capacity
+	clear(h[4:])       // QDCOUNT, ANCOUNT, NSCOUNT, ARCOUNT (RFC 1035 §4.1.1)
+	return h
+}
+
+// headerLen is the length of a DNS header (RFC 1035 §4.1.1).
+const headerLen = 12
 
 // answerable reports whether a reply from the listener at self may go to
 // src. Not to the listener itself: a datagram spoofed from the proxy's own
@@ -377,15 +398,16 @@ func (s *Server) resolve(ctx context.Context, req *dns.Msg, network string) (res
 			resp = errorReply(req, dns.RcodeServerFailure)
 		}
 	}()
-	if resp := precheck(req); resp != nil {
-		return resp
-	}
+	// Every reply, FORMERR and NOTIMP too, is made inside the bound.
 	select {
 	case s.inFlight <- struct{}{}:
 		defer func() { <-s.inFlight }()
 	default:
 		s.log.Debug("dns proxy busy: query refused", "limit", cap(s.inFlight))
 		return errorReply(req, dns.RcodeServerFailure)
+	}
+	if resp := precheck(req); resp != nil {
+		return resp
 	}
 	snap, client := s.cfg.Local(ctx)
 	return s.cfg.Resolver.answer(ctx, query{snap: snap, client: client, req: req, proto: network, dial: s.dial})

@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gozt/gozt/proxy/state"
 )
 
 // runServer binds srv and serves it until the test ends; it returns the
@@ -111,6 +114,111 @@ func TestResponsesDropped(t *testing.T) {
 			t.Errorf("first reply over TCP: id %d %s, want the query's (id %d) NOERROR", got.Id, dns.RcodeToString[got.Rcode], query.Id)
 		}
 	})
+}
+
+// TestErrorRepliesInFlightBound (issue 36 item 1): FORMERR and NOTIMP
+// replies count in MaxInFlight like any answer: with the bound taken by a
+// query waiting on a silent upstream, a malformed message, whether the
+// resolver refuses it (two questions, an opcode) or it does not decode,
+// gets the SERVFAIL of a busy proxy, and its FORMERR or NOTIMP once the
+// bound is free.
+func TestErrorRepliesInFlightBound(t *testing.T) {
+	st := newTestStore(t)
+	silent, err := net.ListenPacket("udp", "127.83.4.2:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	received := make(chan struct{}, 8)
+	go func() {
+		buf := make([]byte, 512)
+		for {
+			if _, _, err := silent.ReadFrom(buf); err != nil {
+				return
+			}
+			received <- struct{}{}
+		}
+	}()
+	srv := NewServer(ServerConfig{
+		Resolver: NewResolver(Config{Metrics: NewMetrics(prometheus.NewRegistry()),
+			Upstreams:       []netip.AddrPort{netip.MustParseAddrPort(silent.LocalAddr().String())},
+			UpstreamTimeout: time.Minute, UpstreamAttempts: 1}),
+		Local: func(context.Context) (*state.Snapshot, *state.Workload) {
+			return st.Snapshot(), testClient
+		},
+		Addrs:       []netip.AddrPort{netip.MustParseAddrPort("127.83.4.3:0")},
+		MaxInFlight: 1,
+	})
+	udp, _ := runServer(t, srv)
+
+	twoQuestions := question("svc1", dns.TypeA)
+	twoQuestions.Question = append(twoQuestions.Question, twoQuestions.Question[0])
+	notify := question("svc1", dns.TypeA)
+	notify.Opcode = dns.OpcodeNotify
+	for _, m := range []*dns.Msg{twoQuestions, notify} {
+		m.Id = 0x4242
+	}
+	malformed := []struct {
+		name  string
+		pkt   []byte
+		rcode int // when not busy
+	}{
+		{"two questions", mustPack(t, twoQuestions), dns.RcodeFormatError},
+		{"notify", mustPack(t, notify), dns.RcodeNotImplemented},
+		{"truncated question", mustPack(t, twoQuestions)[:20], dns.RcodeFormatError},
+	}
+	send := func(t *testing.T, pkt []byte) *dns.Msg {
+		t.Helper()
+		c, err := net.Dial("udp", udp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(10 * time.Second)) // a hang guard
+		if _, err := c.Write(pkt); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 1500)
+		n, err := c.Read(buf)
+		if err != nil {
+			t.Fatalf("no reply: %v", err)
+		}
+		resp := new(dns.Msg)
+		if err := resp.Unpack(buf[:n]); err != nil {
+			t.Fatalf("reply does not decode: %v", err)
+		}
+		if resp.Id != 0x4242 || !resp.Response {
+			t.Fatalf("reply id %#x response=%v, want a response to id 0x4242", resp.Id, resp.Response)
+		}
+		return resp
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	lookup := make(chan error, 1)
+	go func() {
+		_, err := srv.LookupIP(ctx, "outside.example.com", false)
+		lookup <- err
+	}()
+	<-received // the lookup holds the only slot, waiting on the upstream
+	for _, tc := range malformed {
+		t.Run("busy/"+tc.name, func(t *testing.T) {
+			if got := send(t, tc.pkt); got.Rcode != dns.RcodeServerFailure {
+				t.Errorf("with the in-flight bound taken: %s, want SERVFAIL", dns.RcodeToString[got.Rcode])
+			}
+		})
+	}
+	cancel() // ends the lookup, freeing the slot
+	if err := <-lookup; err == nil {
+		t.Error("a lookup waiting on a silent upstream succeeded")
+	}
+	for _, tc := range malformed {
+		t.Run("free/"+tc.name, func(t *testing.T) {
+			if got := send(t, tc.pkt); got.Rcode != tc.rcode {
+				t.Errorf("with the in-flight bound free: %s, want %s", dns.RcodeToString[got.Rcode], dns.RcodeToString[tc.rcode])
+			}
+		})
+	}
 }
 
 // TestAnswerable: no reply goes to the listener's own address (any
