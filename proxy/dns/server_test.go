@@ -253,3 +253,93 @@ func TestAnswerable(t *testing.T) {
 		t.Error("answerable(127.0.0.1:15053, invalid) = true, want false")
 	}
 }
+
+// TestTCPConnBound (issue 36 item 5): with MaxTCPConns connections open, one
+// more is closed at once, unanswered, and counted in
+// gozt_dns_tcp_connections_refused_total, while the open ones keep getting
+// answers; once one closes a new one is served.
+func TestTCPConnBound(t *testing.T) {
+	const bound, extra = 3, 3
+	st := newTestStore(t)
+	m := NewMetrics(prometheus.NewRegistry())
+	srv := NewServer(ServerConfig{
+		Resolver: NewResolver(Config{Metrics: m}),
+		Local: func(context.Context) (*state.Snapshot, *state.Workload) {
+			return st.Snapshot(), testClient
+		},
+		Addrs:       []netip.AddrPort{netip.MustParseAddrPort("127.83.4.4:0")},
+		MaxTCPConns: bound,
+	})
+	_, tcp := runServer(t, srv)
+	dial := func(t *testing.T) *dns.Conn {
+		t.Helper()
+		c, err := dns.Dial("tcp", tcp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		c.SetDeadline(time.Now().Add(10 * time.Second)) // a hang guard
+		return c
+	}
+	ask := func(c *dns.Conn) error {
+		if err := c.WriteMsg(question("svc1", dns.TypeA)); err != nil {
+			return err
+		}
+		resp, err := c.ReadMsg()
+		if err == nil && resp.Rcode != dns.RcodeSuccess {
+			err = errors.New(dns.RcodeToString[resp.Rcode])
+		}
+		return err
+	}
+	var open []*dns.Conn
+	for i := range bound {
+		c := dial(t)
+		if err := ask(c); err != nil {
+			t.Fatalf("connection %d of %d: %v", i+1, bound, err)
+		}
+		open = append(open, c)
+	}
+	for i := range extra {
+		start := time.Now()
+		// The reset may come before the dial returns.
+		c, err := dns.Dial("tcp", tcp)
+		if err == nil {
+			c.SetDeadline(time.Now().Add(10 * time.Second)) // a hang guard
+			err = ask(c)
+			c.Close()
+		}
+		if err == nil {
+			t.Fatalf("connection %d past the bound of %d was answered", i+1, bound)
+		}
+		// Closed at once, not after the 5 s request timeout.
+		if d := time.Since(start); d > requestTimeout/2 {
+			t.Errorf("connection %d past the bound ended after %v (%v), want at once", i+1, d, err)
+		}
+	}
+	for i, c := range open {
+		if err := ask(c); err != nil {
+			t.Errorf("open connection %d after the refusals: %v", i+1, err)
+		}
+	}
+	if got := counterValue(t, m.tcpRefused); got != extra {
+		t.Errorf("gozt_dns_tcp_connections_refused_total = %v, want %d", got, extra)
+	}
+	open[0].Close()
+	// The server frees the slot when it reads the close: retry until it has.
+	for start := time.Now(); !served(tcp, ask); time.Sleep(10 * time.Millisecond) {
+		if time.Since(start) > 5*time.Second {
+			t.Fatal("no new connection served 5s after an open one closed")
+		}
+	}
+}
+
+// served reports whether a new connection to addr was answered by ask.
+func served(addr string, ask func(*dns.Conn) error) bool {
+	c, err := dns.Dial("tcp", addr)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second)) // a hang guard
+	return ask(c) == nil
+}
