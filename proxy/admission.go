@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net"
 	"runtime"
@@ -259,4 +260,57 @@ func (p *Proxy) admit(c net.Conn, listener string) bool {
 func (p *Proxy) shedForMemory(listener string) {
 	p.cfg.Metrics.shed.WithLabelValues(listener, shedMemoryPressure).Inc()
 	p.cfg.Admission.noteMemoryShed()
+}
+
+// dnsListener is the DNS proxy's TCP listener in gozt_connections_shed_total.
+const dnsListener = "dns"
+
+// admittingListener is a listener whose Accept returns only the
+// connections admission control admits, as the proxy's own accept loops
+// do (acceptLoop): a failed accept backs off or, out of descriptors,
+// sheds the queue with the spare descriptor (acceptFailed), and a
+// connection accepted under memory pressure is reset (admit), each counted
+// under listener name. The DNS proxy's TCP listeners are wrapped in one
+// (dns.ServerConfig.AdmitTCP), whose miekg/dns serve loop would otherwise
+// retry EMFILE at once, for ever, and accept while every other listener
+// sheds.
+//
+// Accept is called by one goroutine at a time (miekg/dns's serve loop).
+type admittingListener struct {
+	net.Listener
+	p        *Proxy
+	name     string
+	failures int // consecutive failed Accepts
+}
+
+// Accept returns the next admitted connection, or net.ErrClosed once the
+// listener is closed.
+func (l *admittingListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return nil, err
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			l.failures++
+			l.p.acceptFailed(l.Listener, l.name, err, l.failures)
+			continue
+		}
+		l.failures = 0
+		if l.p.accept.spent.Load() {
+			l.p.accept.reacquire()
+		}
+		if l.p.admit(c, l.name) {
+			return c, nil
+		}
+	}
+}
+
+// admitDNS wraps a DNS proxy's TCP listener in admission control.
+func (p *Proxy) admitDNS(l net.Listener) net.Listener {
+	return &admittingListener{Listener: l, p: p, name: dnsListener}
 }

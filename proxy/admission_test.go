@@ -4,10 +4,13 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"maps"
+	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"runtime"
 	"slices"
 	"strings"
@@ -16,12 +19,14 @@ import (
 	"testing/synctest"
 	"time"
 
+	mdns "github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	xproxy "golang.org/x/net/proxy"
 
 	"github.com/gozt/gozt/hbone"
 	"github.com/gozt/gozt/internal/syncbuf"
+	"github.com/gozt/gozt/proxy/dns"
 )
 
 // TestAdmissionWatermarks: new connections are refused once the sampled
@@ -266,5 +271,104 @@ func TestAdmissionBlockReadiness(t *testing.T) {
 	a.shedding.Store(true)
 	if !mem() {
 		t.Error("while shedding for memory the memory blocker is false")
+	}
+}
+
+// The DNS admission tests' workload, on 127.92.2.0/24.
+const admitDNSWorkloadIP = "127.92.2.2"
+
+// serveDNSProxy serves a proxy for a workload on ip with its DNS proxy on
+// ip and adm as its admission control; it returns the proxy and the
+// address of its DNS proxy's TCP listener.
+func serveDNSProxy(t *testing.T, ip string, m *Metrics, adm *Admission) (*Proxy, string) {
+	t.Helper()
+	_, _, ca, _, store := oneWorkload(t, admitEchoIP, ip)
+	p := serveProxy(t, Config{
+		WorkloadUID: "c//Pod/ns/w", BindAddr: netip.MustParseAddr(ip),
+		Store: store, Certs: issuedCerts{ca}, Metrics: m, Admission: adm,
+		DNS:      dns.NewResolver(dns.Config{Metrics: dns.NewMetrics(prometheus.NewRegistry())}),
+		DNSAddrs: []netip.AddrPort{netip.AddrPortFrom(netip.MustParseAddr(ip), freeUDPPort(t, ip))},
+	}, 100*time.Millisecond)
+	_, tcp := p.dns.Addrs()
+	return p, tcp[0].String()
+}
+
+// dnsAnswered reports whether a query over a new TCP connection to addr
+// is answered, with any response code; the error says why not.
+func dnsAnswered(addr string) error {
+	c, err := mdns.Dial("tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second)) // a hang guard
+	q := new(mdns.Msg)
+	q.SetQuestion("w.ns.svc.cluster.local.", mdns.TypeA)
+	if err := c.WriteMsg(q); err != nil {
+		return err
+	}
+	resp, err := c.ReadMsg()
+	if err == nil && resp.Id != q.Id {
+		err = fmt.Errorf("reply id %d to query id %d", resp.Id, q.Id)
+	}
+	return err
+}
+
+// refused reports whether a new TCP connection to addr is refused or
+// reset before any byte comes back; the error says why not.
+func refused(addr string) error {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		return nil // reset before the dial returned
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second)) // a hang guard
+	if _, err := c.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		return fmt.Errorf("read = %v, want a reset or EOF", err)
+	}
+	return nil
+}
+
+// TestAdmissionShedsDNSUnderMemoryPressure (issue 36 item 5): above the
+// high-water mark a new TCP connection to the DNS proxy is reset as one to
+// 15001 is, each counted in gozt_connections_shed_total under its
+// listener; below the low-water mark the DNS proxy answers over TCP again.
+func TestAdmissionShedsDNSUnderMemoryPressure(t *testing.T) {
+	var used atomic.Uint64
+	adm := NewAdmission(AdmissionConfig{MemoryLimit: 1000, Interval: 5 * time.Millisecond})
+	adm.read = used.Load
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- adm.Run(ctx) }()
+	defer func() { cancel(); <-ran }()
+	m := NewMetrics(prometheus.NewRegistry())
+	_, dnsTCP := serveDNSProxy(t, admitDNSWorkloadIP, m, adm)
+	if err := dnsAnswered(dnsTCP); err != nil {
+		t.Fatalf("DNS over TCP before any pressure: %v", err)
+	}
+	setMemory := func(v uint64, want bool) {
+		t.Helper()
+		used.Store(v)
+		for start := time.Now(); adm.MemoryPressure() != want; time.Sleep(time.Millisecond) {
+			if time.Since(start) > 5*time.Second {
+				t.Fatalf("MemoryPressure() != %v 5s after memory %d of 1000", want, v)
+			}
+		}
+	}
+	setMemory(900, true)
+	if err := refused(admitDNSWorkloadIP + ":15001"); err != nil {
+		t.Errorf("15001 under memory pressure: %v", err)
+	}
+	if err := dnsAnswered(dnsTCP); err == nil {
+		t.Error("DNS over TCP under memory pressure was answered; 15001 refuses")
+	}
+	for _, listener := range []string{"outbound", "dns"} {
+		if got := shedCount(t, m, listener, shedMemoryPressure); got != 1 {
+			t.Errorf("shed{%s, memory_pressure} = %v, want 1", listener, got)
+		}
+	}
+	setMemory(700, false)
+	if err := dnsAnswered(dnsTCP); err != nil {
+		t.Errorf("DNS over TCP below the low-water mark: %v", err)
 	}
 }

@@ -80,7 +80,7 @@ type Metrics struct {
 	panics *prometheus.CounterVec
 
 	// shed counts connections refused at once to protect the process, by
-	// listener and reason: fd_exhausted (reset with the spare descriptor,
+	// listener (the DNS proxy's TCP listener is "dns") and reason: fd_exhausted (reset with the spare descriptor,
 	// or by restarting the listen when the spare is lost, accept.go) or
 	// memory_pressure (admission.go) (gozt only, TESTPLAN F21, F22).
 	shed *prometheus.CounterVec
@@ -175,12 +175,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, reason := range []string{demandRefusedRate, demandRefusedOutstanding} {
 		m.demandRefusals.WithLabelValues(reason)
 	}
-	for name := range listenerReporter {
-		m.panics.WithLabelValues(name)
+	shedReasons := func(listener string) {
 		for _, reason := range []string{shedFDExhausted, shedMemoryPressure} {
-			m.shed.WithLabelValues(name, reason)
+			m.shed.WithLabelValues(listener, reason)
 		}
 	}
+	for name := range listenerReporter {
+		m.panics.WithLabelValues(name)
+		shedReasons(name)
+	}
+	shedReasons(dnsListener) // the DNS proxy's TCP listener (admittingListener)
 	// Both reporters exist from the start, at 0, so a dashboard shows 0
 	// rather than "No data".
 	for _, r := range []string{"source", "destination"} {

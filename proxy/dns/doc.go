@@ -19,6 +19,13 @@
 //	go s.Serve()
 //	defer s.Shutdown(ctx)
 //
+// Each listener screens what it reads (screen.go): a response (QR=1) or a
+// message from the listener's own address gets no reply, so one spoofed
+// datagram cannot start a loop, and every reply, FORMERR and NOTIMP
+// included, is the handler's, inside MaxInFlight. A server holds at most
+// MaxTCPConns TCP connections, each first admitted by AdmitTCP, the
+// proxy's admission control (tcpconns.go).
+//
 // Name matching (match.go) is pure: the candidate names of a query (the
 // name, its Kubernetes expansions, the name with each search domain
 // stripped), each tried as is and then as wildcards, against the service

@@ -65,3 +65,34 @@ func FuzzAnswer(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecodable: whatever a client sends, decodable returns it unchanged
+// or, for a query that does not decode, its header alone, which decodes
+// with the same id, flags and opcode and no records; and a message that
+// decodes is always returned unchanged.
+func FuzzDecodable(f *testing.F) {
+	q, err := question("svc1", dns.TypeA).Pack()
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(q)
+	f.Add(q[:20])
+	f.Add(q[:11])
+	f.Fuzz(func(t *testing.T, b []byte) {
+		orig := append([]byte(nil), b...)
+		got := decodable(b)
+		if new(dns.Msg).Unpack(orig) == nil || len(orig) < headerLen || orig[2]&0x80 != 0 {
+			if string(got) != string(orig) {
+				t.Fatalf("decodable changed a message it must pass on:\n%x\n%x", orig, got)
+			}
+			return
+		}
+		m := new(dns.Msg)
+		if err := m.Unpack(got); err != nil {
+			t.Fatalf("decodable(%x) = %x, which does not decode: %v", orig, got, err)
+		}
+		if string(got[:4]) != string(orig[:4]) || len(got) != headerLen {
+			t.Fatalf("decodable(%x) = %x, want the header with counts zero", orig, got)
+		}
+	})
+}

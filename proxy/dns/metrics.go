@@ -54,6 +54,10 @@ type Metrics struct {
 	upstreamRequests *prometheus.CounterVec
 	upstreamFailures *prometheus.CounterVec
 	upstreamDuration *prometheus.HistogramVec
+
+	// tcpRefused counts TCP connections a server closed at once because it
+	// held MaxTCPConns (gozt only).
+	tcpRefused prometheus.Counter
 }
 
 // NewMetrics registers the DNS metrics on reg. Every mode registers them at
@@ -85,8 +89,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "Total time in seconds Istio takes to get DNS response from upstream (unstable)",
 			Buckets: []float64{0.0005, 0.001, 0.01, 0.1, 1, 5},
 		}, labelNames),
+		tcpRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gozt_dns_tcp_connections_refused_total",
+			Help: "TCP connections to a DNS proxy closed at once because that proxy already held its maximum (gozt only)",
+		}),
 	}
-	reg.MustRegister(m.requests, m.upstreamRequests, m.upstreamFailures, m.upstreamDuration)
+	reg.MustRegister(m.requests, m.upstreamRequests, m.upstreamFailures, m.upstreamDuration, m.tcpRefused)
 	empty := make([]string, len(labelNames))
 	for _, c := range []*prometheus.CounterVec{m.requests, m.upstreamRequests, m.upstreamFailures} {
 		c.WithLabelValues(empty...)

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -50,6 +51,20 @@ type ServerConfig struct {
 	// gets SERVFAIL at once, so a flood from one pod holds a bounded number
 	// of goroutines and upstream sockets. If zero 256.
 	MaxInFlight int
+	// MaxTCPConns caps the TCP connections this server holds open at once;
+	// one more is reset at once and counted in
+	// gozt_dns_tcp_connections_refused_total, so one pod cannot hold the
+	// node-wide process's descriptors for the request timeout per
+	// connection. If zero 64.
+	MaxTCPConns int
+	// AdmitTCP, if non-nil, wraps each TCP listener before the bound, so
+	// that DNS accepts pass the admission control of the proxy's other
+	// listeners (proxy.Admission). The listener it returns must return
+	// from Accept only admitted connections, and no error but the one of a
+	// closed listener: it handles a failed accept itself (backing off,
+	// shedding), since miekg/dns retries a temporary error such as EMFILE
+	// at once, for ever. Nil admits every connection.
+	AdmitTCP func(net.Listener) net.Listener
 	// OptionalIPv6 skips an IPv6 address that cannot be bound because the
 	// namespace has no IPv6, as ztunnel binds localhost in a pod without
 	// IPv6 on 127.0.0.1 only.
@@ -80,6 +95,10 @@ type Server struct {
 	wg sync.WaitGroup // the miekg/dns servers' loops
 
 	inFlight chan struct{} // one token per query being answered
+	tcpSlots chan struct{} // one token per TCP connection open
+	// refusedLog is when a refused TCP connection was last logged
+	// (UnixNano), or 0.
+	refusedLog atomic.Int64
 }
 
 // listener is one bound socket and the miekg/dns server serving it.
@@ -100,7 +119,11 @@ func NewServer(cfg ServerConfig) *Server {
 	if limit <= 0 {
 		limit = 256
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, inFlight: make(chan struct{}, limit)}
+	conns := cfg.MaxTCPConns
+	if conns <= 0 {
+		conns = defaultMaxTCPConns
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, inFlight: make(chan struct{}, limit), tcpSlots: make(chan struct{}, conns)}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -142,7 +165,7 @@ func (s *Server) Listen(ctx context.Context) (err error) {
 		}
 		bound = append(bound,
 			s.newListener(&dns.Server{PacketConn: pc}, pc.LocalAddr(), "udp"),
-			s.newListener(&dns.Server{Listener: tl}, tl.Addr(), "tcp"))
+			s.newListener(&dns.Server{Listener: s.tcpListener(tl)}, tl.Addr(), "tcp"))
 	}
 	if len(bound) == 0 {
 		return fmt.Errorf("dns: no address to listen on in %v", s.cfg.Addrs)
@@ -161,7 +184,8 @@ func (s *Server) Listen(ctx context.Context) (err error) {
 func (s *Server) newListener(srv *dns.Server, addr net.Addr, network string) *listener {
 	l := &listener{srv: srv, addr: addr, network: network, started: make(chan struct{}), done: make(chan struct{})}
 	srv.Handler = s.handler(network)
-	srv.MsgAcceptFunc = acceptAll
+	srv.MsgAcceptFunc = acceptQueries
+	srv.DecorateReader = func(r dns.Reader) dns.Reader { return screen{Reader: r, self: addrPort(addr)} }
 	srv.NotifyStartedFunc = func() { close(l.started) }
 	srv.ReadTimeout = requestTimeout
 	srv.WriteTimeout = requestTimeout
@@ -173,10 +197,6 @@ func (s *Server) newListener(srv *dns.Server, addr net.Addr, network string) *li
 func noIPv6(err error) bool {
 	return errors.Is(err, syscall.EADDRNOTAVAIL) || errors.Is(err, syscall.EAFNOSUPPORT)
 }
-
-// acceptAll hands every message with a header to the handler, which
-// answers FORMERR or NOTIMP itself as ztunnel does (Resolver.precheck).
-func acceptAll(dns.Header) dns.MsgAcceptAction { return dns.MsgAccept }
 
 func closeSocket(srv *dns.Server) {
 	if srv.PacketConn != nil {
@@ -299,15 +319,16 @@ func (s *Server) resolve(ctx context.Context, req *dns.Msg, network string) (res
 			resp = errorReply(req, dns.RcodeServerFailure)
 		}
 	}()
-	if resp := precheck(req); resp != nil {
-		return resp
-	}
+	// Every reply, FORMERR and NOTIMP too, is made inside the bound.
 	select {
 	case s.inFlight <- struct{}{}:
 		defer func() { <-s.inFlight }()
 	default:
 		s.log.Debug("dns proxy busy: query refused", "limit", cap(s.inFlight))
 		return errorReply(req, dns.RcodeServerFailure)
+	}
+	if resp := precheck(req); resp != nil {
+		return resp
 	}
 	snap, client := s.cfg.Local(ctx)
 	return s.cfg.Resolver.answer(ctx, query{snap: snap, client: client, req: req, proto: network, dial: s.dial})
