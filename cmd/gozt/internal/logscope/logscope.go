@@ -169,7 +169,7 @@ func NewLevels(f Filter) *Levels {
 // directive given to Set may name (TestScopesNameEveryLogger keeps it in
 // step with cmd/gozt).
 func Scopes() []string {
-	return []string{"access", "admission", "certs", "connmgr", "crl", "dns", "inpod", "proxy", "xds"}
+	return []string{"access", "admission", "certs", "connmgr", "crl", "dns", "grpc", "inpod", "proxy", "xds"}
 }
 
 // Set applies directives on top of the current filter, or on top of the
