@@ -15,9 +15,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
+	"net"
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -33,7 +36,7 @@ import (
 
 func main() {
 	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "gozt:", err)
+		printError(os.Stderr, os.Getenv("LOG_FORMAT"), err)
 		os.Exit(1)
 	}
 }
@@ -75,7 +78,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	case "proxy":
 		// ztunnel is started as `ztunnel proxy ztunnel`; accept and ignore
 		// the trailing role argument.
-		return runProxy(stdout, stderr)
+		return runProxy(stderr)
 	case "version":
 		fmt.Fprintln(stdout, "gozt", admin.Version)
 		return nil
@@ -87,7 +90,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	return errUsage
 }
 
-func runProxy(stdout, stderr io.Writer) error {
+func runProxy(stderr io.Writer) error {
 	env, err := envconfig.Load(os.Environ())
 	if err != nil {
 		return err
@@ -96,7 +99,7 @@ func runProxy(stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	logger := logscope.NewLogger(stderr, env.LogFormat, levels)
+	logger := newLogger(stderr, env.LogFormat, levels)
 	raiseFileLimit(logger)
 	workers := env.Workers.Count(runtime.NumCPU())
 	runtime.GOMAXPROCS(workers)
@@ -107,11 +110,7 @@ func runProxy(stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if env.ProxyMode == envconfig.ModeShared {
-		fmt.Fprintf(stdout, "gozt proxy: shared mode, serving the pods istio-cni hands over on %s\n", env.InpodUDS)
-	} else {
-		fmt.Fprintf(stdout, "gozt proxy: %s mode, listeners %v\n", env.ProxyMode, n.Addrs())
-	}
+	logBanner(logger, env, n.Addrs())
 	select {
 	case <-ctx.Done():
 	case <-n.Quit():
@@ -122,6 +121,23 @@ func runProxy(stdout, stderr io.Writer) error {
 	dctx, cancel := context.WithTimeout(context.Background(), env.DrainDeadline)
 	defer cancel()
 	return n.Shutdown(dctx)
+}
+
+// logBanner logs that the proxy runs, in which mode, and where: the socket
+// istio-cni hands pods over on (shared mode) or the workload listeners
+// (dedicated mode). It goes through the logger, so that with
+// LOG_FORMAT=json it is a JSON record like every other line.
+func logBanner(logger *slog.Logger, env envconfig.Config, addrs map[string]net.Addr) {
+	if env.ProxyMode == envconfig.ModeShared {
+		logger.Info("gozt proxy: serving the pods istio-cni hands over", "mode", env.ProxyMode, "inpodUds", env.InpodUDS)
+		return
+	}
+	listeners := make([]any, 0, len(addrs))
+	for _, name := range slices.Sorted(maps.Keys(addrs)) {
+		listeners = append(listeners, slog.String(name, addrs[name].String()))
+	}
+	logger.Info("gozt proxy: serving the workload", "mode", env.ProxyMode,
+		"workload", env.WorkloadNamespace+"/"+env.WorkloadName, slog.Group("listeners", listeners...))
 }
 
 // raiseFileLimit lifts the soft RLIMIT_NOFILE to the hard limit (SPEC §0.1).
@@ -160,7 +176,7 @@ func runLocal(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	opts.Levels = levels
-	opts.Logger = logscope.NewLogger(stderr, os.Getenv("LOG_FORMAT"), levels)
+	opts.Logger = newLogger(stderr, os.Getenv("LOG_FORMAT"), levels)
 	opts.Out = stdout
 	raiseFileLimit(opts.Logger)
 	opts.MemoryLimit = memoryLimit(opts.Logger)

@@ -166,3 +166,103 @@ func TestAdminRefusesForeignHost(t *testing.T) {
 		}
 	}
 }
+
+// TestAdminRefusesCrossOriginWrites: a hostile page in the operator's
+// browser, while kubectl port-forward exposes the admin port, can send a
+// simple form POST to it (the Host is loopback, so the Host check passes).
+// Such a request carries Sec-Fetch-Site: cross-site, or an Origin that is
+// not the admin port's; it gets 403 from /quitquitquit and /logging, the
+// process does not quit and the levels stay. curl and istioctl send
+// neither header, and the live view's own requests are same-origin: those
+// still work, istioctl's scope:level form included.
+func TestAdminRefusesCrossOriginWrites(t *testing.T) {
+	var quits atomic.Int32
+	levels := logscope.NewLevels(logscope.Filter{})
+	s, err := ListenAdmin(context.Background(), "127.0.0.1:0", Config{
+		ConfigDump: func() any { return map[string]int{"workloads": 0} },
+		Quit:       func() { quits.Add(1) },
+		Levels:     levels,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Shutdown(context.Background())
+	base := "http://" + s.Addr().String()
+	form := http.Header{"Content-Type": {"application/x-www-form-urlencoded"}}
+	with := func(k, v string) http.Header {
+		h := form.Clone()
+		h.Set(k, v)
+		return h
+	}
+	for _, tc := range []struct {
+		name string
+		hdr  http.Header
+	}{
+		{"Sec-Fetch-Site: cross-site", with("Sec-Fetch-Site", "cross-site")},
+		{"Sec-Fetch-Site: same-site", with("Sec-Fetch-Site", "same-site")},
+		{"a foreign Origin", with("Origin", "http://evil.example")},
+		{"a foreign Origin on loopback", with("Origin", "http://127.0.0.1:8080")},
+		{"Origin null", with("Origin", "null")},
+	} {
+		for _, path := range []string{"/quitquitquit", "/logging?level=debug", "/logging?level=access:debug", "/logging?reset"} {
+			if code, body, _ := do(t, "POST", base+path, tc.hdr); code != http.StatusForbidden {
+				t.Errorf("POST %s with %s = %d %q, want 403", path, tc.name, code, body)
+			}
+		}
+	}
+	if n := quits.Load(); n != 0 {
+		t.Fatalf("cross-origin POST /quitquitquit called the quit hook %d times, want none", n)
+	}
+	if got := levels.String(); got != "info" {
+		t.Errorf("levels after cross-origin POST /logging = %q, want info (unchanged)", got)
+	}
+
+	// What curl, istioctl (through kubectl port-forward) and the live view
+	// send still works.
+	for _, tc := range []struct {
+		name, path string
+		hdr        http.Header
+		body       string
+	}{
+		{"curl", "/logging?level=debug", nil, "current log level is debug\n"},
+		{"istioctl ztunnel-config log --level access:debug", "/logging?level=access:debug", nil, "current log level is access=debug,debug\n"},
+		{"same-origin Sec-Fetch-Site", "/logging?level=xds:warn", with("Sec-Fetch-Site", "same-origin"), "current log level is access=debug,xds=warn,debug\n"},
+		{"typed URL (Sec-Fetch-Site: none)", "/logging?level=info", with("Sec-Fetch-Site", "none"), "current log level is access=debug,xds=warn,info\n"},
+		{"same-origin Origin", "/logging?reset", with("Origin", base), "current log level is info\n"},
+	} {
+		if code, body, _ := do(t, "POST", base+tc.path, tc.hdr); code != http.StatusOK || body != tc.body {
+			t.Errorf("%s: POST %s = %d %q, want 200 %q", tc.name, tc.path, code, body, tc.body)
+		}
+	}
+	if code, body, _ := do(t, "POST", base+"/quitquitquit", nil); code != http.StatusOK || body != "shutdown now\n" {
+		t.Errorf("curl -X POST /quitquitquit = %d %q, want 200 shutdown now", code, body)
+	}
+	if n := quits.Load(); n != 1 {
+		t.Errorf("curl -X POST /quitquitquit called the quit hook %d times, want once", n)
+	}
+}
+
+// TestAdminRefusesUnknownScope: /logging refuses a scope gozt has no
+// logger for with 400, and the live levels, which keep one entry per
+// scope named, do not grow.
+func TestAdminRefusesUnknownScope(t *testing.T) {
+	levels := logscope.NewLevels(logscope.Filter{})
+	s, err := ListenAdmin(context.Background(), "127.0.0.1:0", Config{
+		ConfigDump: func() any { return nil },
+		Quit:       func() {},
+		Levels:     levels,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Shutdown(context.Background())
+	base := "http://" + s.Addr().String()
+	for _, q := range []string{"level=nosuchscope:debug", "level=access:debug,x1:debug", "level=ztunnel::nosuch::inbound=trace", "reset&level=x2:info"} {
+		if code, body, _ := do(t, "POST", base+"/logging?"+q, nil); code != http.StatusBadRequest || !strings.Contains(body, "unknown scope") {
+			t.Errorf("POST /logging?%s = %d %q, want 400 naming the unknown scope", q, code, body)
+		}
+	}
+	if got := levels.String(); got != "info" {
+		t.Errorf("levels after unknown scopes = %q, want info (unchanged)", got)
+	}
+}

@@ -4,11 +4,15 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/pem"
-	"github.com/prometheus/client_golang/prometheus"
 	"runtime"
+	"slices"
+	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/gozt/gozt/certs"
+	"github.com/gozt/gozt/proxy"
 	"github.com/gozt/gozt/proxy/state"
 )
 
@@ -23,8 +27,61 @@ type configDump struct {
 	Version        versionJSON                              `json:"version"`
 	Config         any                                      `json:"config"`
 	Certificates   []certJSON                               `json:"certificates"`
-	// WorkloadState is shared mode's pods (SPEC §8.2), absent otherwise.
-	WorkloadState any `json:"workloadState,omitempty"`
+	// WorkloadState is every workload gozt proxies (SPEC §8.2).
+	WorkloadState map[string]WorkloadState `json:"workloadState"`
+}
+
+// WorkloadState is one workload of /config_dump's workloadState, the list
+// `istioctl ztunnel-config connections` reads (SPEC §8.2): a pod istio-cni
+// handed over in shared mode, the one workload of dedicated mode, each
+// workload of gozt local. ztunnel lists shared mode's pods only; gozt
+// lists every mode's workloads, so that the connections view works
+// wherever /config_dump does.
+type WorkloadState struct {
+	// State is "Up", or "Pending" for a pod whose proxy is not running
+	// (shared mode).
+	State       string       `json:"state"`
+	Info        WorkloadInfo `json:"info"`
+	Connections Connections  `json:"connections"`
+}
+
+// WorkloadInfo names a workload of WorkloadState.
+type WorkloadInfo struct {
+	Name           string `json:"name"`
+	Namespace      string `json:"namespace"`
+	TrustDomain    string `json:"trustDomain"`
+	ServiceAccount string `json:"serviceAccount"`
+}
+
+// Connections are a workload's open connections, each direction sorted by
+// source; never nil, so that they render as [] when there are none.
+type Connections struct {
+	Inbound  []proxy.ConnJSON `json:"inbound"`
+	Outbound []proxy.ConnJSON `json:"outbound"`
+}
+
+// NoConnections is the Connections of a workload whose proxy is not running.
+func NoConnections() Connections {
+	return Connections{Inbound: []proxy.ConnJSON{}, Outbound: []proxy.ConnJSON{}}
+}
+
+// ConnectionsOf returns p's open connections (none unless p keeps their
+// list: proxy.Config.ListConnections).
+func ConnectionsOf(p *proxy.Proxy) Connections {
+	in, out := p.Connections()
+	bySrc := func(a, b proxy.ConnJSON) int { return strings.Compare(a.Src, b.Src) }
+	slices.SortFunc(in, bySrc)
+	slices.SortFunc(out, bySrc)
+	return Connections{Inbound: in, Outbound: out}
+}
+
+// InfoOf names w as WorkloadState does; a nil w gives the zero value.
+func InfoOf(w *state.Workload) WorkloadInfo {
+	if w == nil {
+		return WorkloadInfo{}
+	}
+	id := w.Identity()
+	return WorkloadInfo{Name: w.Name, Namespace: w.Namespace, TrustDomain: id.TrustDomain, ServiceAccount: id.ServiceAccount}
 }
 
 type versionJSON struct {
@@ -60,9 +117,10 @@ type DumpInput struct {
 	Version  string // gozt's version
 	// IstioVersion is ISTIO_META_ISTIO_VERSION ("unknown" when unset).
 	IstioVersion string
-	// WorkloadState, in shared mode, maps each pod's uid to its state and
-	// connections; nil in the other modes.
-	WorkloadState any
+	// WorkloadState maps the uid of each workload gozt proxies (the ZDS
+	// uid in shared mode, the xDS one otherwise) to its state and
+	// connections; nil renders as {}.
+	WorkloadState map[string]WorkloadState
 }
 
 // ConfigDump renders in as /config_dump (SPEC §8.2).
@@ -71,6 +129,10 @@ func ConfigDump(in DumpInput) any {
 	static := in.Static
 	if static == nil {
 		static = map[string]any{}
+	}
+	ws := in.WorkloadState
+	if ws == nil {
+		ws = map[string]WorkloadState{}
 	}
 	return configDump{
 		Workloads:      d.Workloads,
@@ -89,7 +151,7 @@ func ConfigDump(in DumpInput) any {
 		},
 		Config:        in.Config,
 		Certificates:  certificates(in.Certs),
-		WorkloadState: in.WorkloadState,
+		WorkloadState: ws,
 	}
 }
 

@@ -26,8 +26,8 @@ import (
 //	      "addresses": [IP], "state" ("Up"/"Pending", shared mode only),
 //	      "certificate": {"state", "serialNumber", "validFrom",
 //	          "expirationTime"} or null}],
-//	  "connections": {"listed": whether the proxies keep the list (not in
-//	      dedicated mode), "total": open connections, "shown": [{"direction"
+//	  "connections": {"listed": whether the proxies keep the list (every
+//	      mode does), "total": open connections, "shown": [{"direction"
 //	      (inbound/outbound), "protocol", "src", "originalDst", "actualDst",
 //	      "srcWorkload", "srcIdentity", "dstWorkload", "dstIdentity",
 //	      "start", "requestBytes", "responseBytes", "bytesLive"}]},
@@ -59,7 +59,7 @@ type LiveInput struct {
 	// identity's.
 	Certs []certs.State
 	// ConnsListed reports whether the proxies keep the list of their
-	// connections (Conns is empty otherwise: dedicated mode keeps none).
+	// connections (Conns is empty otherwise).
 	ConnsListed bool
 	// Conns are at most LiveConnLimit open connections, of ConnsTotal.
 	Conns      []proxy.LiveConn

@@ -10,8 +10,8 @@ import (
 
 // TestIstioctlReadsConfigDump feeds our /config_dump to istioctl's own
 // ztunnel-config reader (istio.io/istio/istioctl/pkg/writer/ztunnel/configdump)
-// and checks the tables `istioctl ztunnel-config workloads|services|policies|certificates`
-// would print.
+// and checks the tables `istioctl ztunnel-config workloads|services|policies|certificates|connections`
+// would print, the last with a connection open.
 func TestIstioctlReadsConfigDump(t *testing.T) {
 	tm := startMeshWith(t, `
 policies:
@@ -26,6 +26,9 @@ policies:
 	c := tm.socksDial(t, tm.ips.Server+":8080")
 	roundTrip(t, c)
 	c.Close()
+	live := tm.socksDial(t, tm.ips.Server+":8080") // open while the dump is taken
+	defer live.Close()
+	roundTrip(t, live)
 
 	dump := httpGet(t, "http://"+tm.AdminAddr().String()+"/config_dump")
 	var out bytes.Buffer
@@ -45,6 +48,8 @@ policies:
 			[]string{"demo", "allow-all"}},
 		"certificates": {func() error { return cw.PrintSecretSummary() },
 			[]string{"spiffe://cluster.local/ns/demo/sa/client", "Leaf", "Available", "true", "Root"}},
+		"connections": {func() error { return cw.PrintConnectionsSummary(ztunneldump.ConnectionsFilter{}) },
+			[]string{"client.demo", "Outbound", "server.demo:15008", "server.demo:8080", "HBONE", "server.demo", "Inbound"}},
 	} {
 		out.Reset()
 		if err := tc.print(); err != nil {

@@ -177,9 +177,11 @@ func (m *Mesh) startSidePorts(ctx context.Context) (err error) {
 		Readiness: orDefault(m.opts.ReadinessAddr, "127.0.0.1:15021"),
 	}, admin.Config{
 		ConfigDump: func() any {
+			snap := m.store.Snapshot()
 			return admin.ConfigDump(admin.DumpInput{
-				Snapshot: m.store.Snapshot(), Static: m.static.Raw, Certs: m.certs.States(),
+				Snapshot: snap, Static: m.static.Raw, Certs: m.certs.States(),
 				Config: m.dumpConfig(), Version: admin.Version, IstioVersion: "unknown",
+				WorkloadState: m.workloadState(snap),
 			})
 		},
 		Quit:     m.signalQuit,
@@ -206,6 +208,20 @@ func (m *Mesh) live() admin.LiveInput {
 		in.CA.State = admin.LinkBuiltIn
 	}
 	return in
+}
+
+// workloadState is /config_dump's workloadState: every proxied workload by
+// uid, Up, with its live connections.
+func (m *Mesh) workloadState(snap *state.Snapshot) map[string]admin.WorkloadState {
+	out := make(map[string]admin.WorkloadState, len(m.proxies))
+	for _, p := range m.proxies {
+		out[p.UID()] = admin.WorkloadState{
+			State:       inpod.StateUp,
+			Info:        admin.InfoOf(snap.WorkloadByUID(p.UID())),
+			Connections: admin.ConnectionsOf(p),
+		}
+	}
+	return out
 }
 
 // startProxies creates and binds a proxy for every workload with an IP on
@@ -237,7 +253,8 @@ func (m *Mesh) startProxies(ctx context.Context) error {
 			Logger:         m.log.With("scope", "proxy"),
 			AccessLog:      access,
 
-			// The live view lists connections with their bytes, and denials.
+			// workloadState and the live view list connections, the
+			// latter with their bytes; the live view shows denials.
 			ListConnections: true,
 			Denials:         m.denials,
 			IgnoreForwarded: m.opts.IgnoreForwarded,

@@ -165,14 +165,31 @@ func NewLevels(f Filter) *Levels {
 	return l
 }
 
+// Scopes returns the scopes of gozt's loggers, sorted: the ones a
+// directive given to Set may name (TestScopesNameEveryLogger keeps it in
+// step with cmd/gozt).
+func Scopes() []string {
+	return []string{"access", "admission", "certs", "connmgr", "crl", "dns", "grpc", "inpod", "proxy", "xds"}
+}
+
 // Set applies directives on top of the current filter, or on top of the
 // start-up one when reset is true, as ztunnel's /logging does: a bare
 // level replaces the default, a scoped one that scope's level. Invalid
 // directives change nothing.
+//
+// A directive may name only one of Scopes or a scope of the start-up
+// filter: every scope named stays in the filter until a reset, so
+// accepting any name would let POST /logging grow it without bound.
+// ztunnel's /logging takes any target.
 func (l *Levels) Set(directives string, reset bool) error {
 	f, err := parse(directives)
 	if err != nil {
 		return err
+	}
+	for _, s := range slices.Sorted(maps.Keys(f.ScopeLevel)) {
+		if _, ok := l.start.scopes[s]; !ok && !slices.Contains(Scopes(), s) {
+			return fmt.Errorf("unknown scope %q (want one of %s)", s, strings.Join(Scopes(), ", "))
+		}
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -2,7 +2,13 @@ package logscope
 
 import (
 	"bytes"
+	"fmt"
+	"io/fs"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -131,5 +137,66 @@ func TestLevelsSet(t *testing.T) {
 		if got := levels.String(); got != tc.want {
 			t.Errorf("after Set(%q, %v): %q, want %q", tc.set, tc.reset, got, tc.want)
 		}
+	}
+}
+
+// TestLevelsSetUnknownScope: a scope gozt has no logger for is refused, so
+// that POST /logging cannot grow the levels by one entry per name it
+// makes up; scopes RUST_LOG named at start-up stay settable, as they
+// were.
+func TestLevelsSetUnknownScope(t *testing.T) {
+	start, err := Parse("info,hickory_server::server=off")
+	if err != nil {
+		t.Fatal(err)
+	}
+	levels := NewLevels(start)
+	for i := range 1000 {
+		d := fmt.Sprintf("made-up-%d=debug", i)
+		if err := levels.Set(d, false); err == nil || !strings.Contains(err.Error(), "unknown scope") {
+			t.Fatalf("Set(%q) = %v, want an unknown-scope error", d, err)
+		}
+	}
+	if err := levels.Set("access=debug,nosuch::thing=debug", false); err == nil {
+		t.Error("Set with one known and one unknown scope succeeded, want it refused whole")
+	}
+	if n := len(levels.cur.Load().scopes); n != 1 {
+		t.Errorf("levels hold %d scopes after refused changes, want 1 (hickory_server): %s", n, levels)
+	}
+	for _, d := range []string{"hickory_server=warn", "ztunnel::inpod=debug", "admission:error", "crl=warn"} {
+		if err := levels.Set(d, false); err != nil {
+			t.Errorf("Set(%q) = %v, want it applied", d, err)
+		}
+	}
+	if got, want := levels.String(), "admission=error,crl=warn,hickory_server=warn,inpod=debug,info"; got != want {
+		t.Errorf("levels = %q, want %q", got, want)
+	}
+}
+
+// TestScopesNameEveryLogger: every "scope" attribute cmd/gozt gives a
+// logger is one of Scopes, so /logging can change its level.
+func TestScopesNameEveryLogger(t *testing.T) {
+	re := regexp.MustCompile(`"scope",\s*"([^"]*)"`)
+	seen := map[string]bool{}
+	err := filepath.WalkDir("../..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return err
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, m := range re.FindAllStringSubmatch(string(src), -1) {
+			seen[m[1]] = true
+			if !slices.Contains(Scopes(), m[1]) {
+				t.Errorf("%s logs with scope %q, which Scopes lacks: /logging would refuse it", path, m[1])
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) < 5 {
+		t.Fatalf("found only scopes %v in cmd/gozt: the scan is broken", seen)
 	}
 }

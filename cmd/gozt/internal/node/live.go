@@ -8,7 +8,7 @@ import (
 
 // live is what the admin live view shows: the workloads this node serves
 // (dedicated mode's one, or every pod istio-cni handed over), their
-// connections (shared mode lists them) and denials, and the xDS, CA and
+// connections and denials, and the xDS, CA and
 // (shared mode) ZDS connections.
 func (n *Node) live() admin.LiveInput {
 	env := n.opts.Env
@@ -17,6 +17,7 @@ func (n *Node) live() admin.LiveInput {
 	if n.pods != nil {
 		n.pods.addLive(&in, snap)
 	} else if n.proxy != nil {
+		in.ConnsListed = true // workloadState lists them in every mode
 		in.AddWorkload(n.findLocal(snap), "")
 		in.AddConns(n.proxy)
 	}

@@ -43,8 +43,8 @@ func getLive(t *testing.T, n *Node) liveJSON {
 
 // TestLiveViewDedicated: a dedicated gozt proxy's /debug/live shows its
 // workload with its certificate, xDS and the CA connected to the fake
-// istiod, no ZDS, and a live connection that a pushed DENY closed, with the
-// deciding policy and rule.
+// istiod, no ZDS, its connections listed, and a live connection that a
+// pushed DENY closed, with the deciding policy and rule.
 func TestLiveViewDedicated(t *testing.T) {
 	clientIP, serverIP := "127.82.201.2", "127.82.201.3"
 	cp := newControlPlane(t)
@@ -78,8 +78,10 @@ func TestLiveViewDedicated(t *testing.T) {
 	for v = getLive(t, server); len(v.Denials.Recent) == 0 && time.Now().Before(deadline); v = getLive(t, server) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if v.Mode != "dedicated" || v.Connections.Listed {
-		t.Errorf("mode %q, connections listed %v; want dedicated, not listed", v.Mode, v.Connections.Listed)
+	// Dedicated mode lists its connections, for /config_dump's
+	// workloadState, so the live view shows them too.
+	if v.Mode != "dedicated" || !v.Connections.Listed {
+		t.Errorf("mode %q, connections listed %v; want dedicated, listed", v.Mode, v.Connections.Listed)
 	}
 	if len(v.Workloads) != 1 || v.Workloads[0].Name != "server" || v.Workloads[0].Identity != "spiffe://cluster.local/ns/demo/sa/server" ||
 		v.Workloads[0].Certificate == nil || v.Workloads[0].Certificate.State != "Available" || v.Workloads[0].Certificate.ExpirationTime == "" {

@@ -358,6 +358,8 @@ func (n *Node) startSidePorts(ctx context.Context) (err error) {
 			}
 			if n.pods != nil {
 				in.WorkloadState = n.pods.workloadState()
+			} else if n.proxy != nil {
+				in.WorkloadState = n.workloadState(in.Snapshot)
 			}
 			return admin.ConfigDump(in)
 		},
@@ -420,11 +422,29 @@ func (n *Node) proxyConfig(find func(*state.Snapshot) *state.Workload) proxy.Con
 		NoResponseBaggage: !env.ResponseBaggage,
 		AuthzInfoLogging:  env.AuthzPolicyInfoLogging,
 		DNSOnly:           !env.EnableProxy,
-		ListConnections:   env.ProxyMode == envconfig.ModeShared,
+		ListConnections:   true, // workloadState, in every mode
 		Denials:           n.denials,
 		Logger:            n.log.With("scope", "proxy"),
 		AccessLog:         n.log.With("scope", "access"),
 	}
+}
+
+// workloadState is dedicated mode's /config_dump workloadState: its one
+// workload, Up, with its live connections, keyed by the uid xDS gives it
+// or, until xDS has, by PROXY_WORKLOAD_INFO's namespace/name.
+func (n *Node) workloadState(snap *state.Snapshot) map[string]admin.WorkloadState {
+	env := n.opts.Env
+	key := env.WorkloadNamespace + "/" + env.WorkloadName
+	td := env.TrustDomain
+	if w := n.findLocal(snap); w != nil {
+		key, td = w.UID, w.Identity().TrustDomain
+	}
+	return map[string]admin.WorkloadState{key: {
+		State: inpod.StateUp,
+		Info: admin.WorkloadInfo{Name: env.WorkloadName, Namespace: env.WorkloadNamespace, TrustDomain: td,
+			ServiceAccount: orDefault(env.WorkloadServiceAccount, state.DefaultServiceAccount)},
+		Connections: admin.ConnectionsOf(n.proxy),
+	}}
 }
 
 // newDNSResolver returns the DNS proxy's resolver, or nil when DNS_CAPTURE

@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
-	"sort"
 	"sync"
 
 	"github.com/gozt/gozt/certs/identity"
+	"github.com/gozt/gozt/cmd/gozt/internal/admin"
 	"github.com/gozt/gozt/proxy"
 	"github.com/gozt/gozt/proxy/inpod"
 	"github.com/gozt/gozt/proxy/sockopt"
@@ -187,25 +187,6 @@ func (ps *pods) shutdown(ctx context.Context) {
 	wg.Wait()
 }
 
-// workloadStateJSON is one pod of /config_dump's workloadState (SPEC §8.2).
-type workloadStateJSON struct {
-	State string           `json:"state"`
-	Info  workloadInfoJSON `json:"info"`
-	Conns *connectionsJSON `json:"connections"`
-}
-
-type workloadInfoJSON struct {
-	Name           string `json:"name"`
-	Namespace      string `json:"namespace"`
-	TrustDomain    string `json:"trustDomain"`
-	ServiceAccount string `json:"serviceAccount"`
-}
-
-type connectionsJSON struct {
-	Inbound  []proxy.ConnJSON `json:"inbound"`
-	Outbound []proxy.ConnJSON `json:"outbound"`
-}
-
 // handedOver returns every pod istio-cni handed over, as the manager lists
 // it, and a copy of the running proxies by ZDS uid, taken after the list.
 func (ps *pods) handedOver() ([]inpod.PodState, map[string]*podProxy) {
@@ -217,21 +198,18 @@ func (ps *pods) handedOver() ([]inpod.PodState, map[string]*podProxy) {
 
 // workloadState is /config_dump's workloadState: every pod istio-cni handed
 // over, Up or Pending, with the live connections of those that are up.
-func (ps *pods) workloadState() map[string]workloadStateJSON {
+func (ps *pods) workloadState() map[string]admin.WorkloadState {
 	states, running := ps.handedOver()
-	out := make(map[string]workloadStateJSON, len(states))
+	out := make(map[string]admin.WorkloadState, len(states))
 	for _, st := range states {
-		ws := workloadStateJSON{
+		ws := admin.WorkloadState{
 			State: st.State,
-			Info: workloadInfoJSON{Name: st.Info.Name, Namespace: st.Info.Namespace,
+			Info: admin.WorkloadInfo{Name: st.Info.Name, Namespace: st.Info.Namespace,
 				TrustDomain: ps.identity(st.Info).TrustDomain, ServiceAccount: st.Info.ServiceAccount},
-			Conns: &connectionsJSON{Inbound: []proxy.ConnJSON{}, Outbound: []proxy.ConnJSON{}},
+			Connections: admin.NoConnections(),
 		}
 		if pp := running[st.UID]; pp != nil {
-			in, outb := pp.p.Connections()
-			sort.Slice(in, func(i, j int) bool { return in[i].Src < in[j].Src })
-			sort.Slice(outb, func(i, j int) bool { return outb[i].Src < outb[j].Src })
-			ws.Conns = &connectionsJSON{Inbound: in, Outbound: outb}
+			ws.Connections = admin.ConnectionsOf(pp.p)
 		}
 		out[st.UID] = ws
 	}

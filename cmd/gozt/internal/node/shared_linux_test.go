@@ -447,24 +447,6 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-// dumpJSON is the part of /config_dump these tests read.
-type dumpJSON struct {
-	WorkloadState map[string]struct {
-		State       string `json:"state"`
-		Connections struct {
-			Inbound  []connJSON `json:"inbound"`
-			Outbound []connJSON `json:"outbound"`
-		} `json:"connections"`
-		Info struct {
-			Name, Namespace, ServiceAccount string
-		} `json:"info"`
-	} `json:"workloadState"`
-}
-
-type connJSON struct {
-	Src, OriginalDst, ActualDst, Protocol string
-}
-
 func configDump(t *testing.T, n *sharedNode) dumpJSON {
 	t.Helper()
 	var d dumpJSON
