@@ -160,6 +160,10 @@ func TestSharedModeTraffic(t *testing.T) {
 	cp := newControlPlane(t)
 	n1, n2 := cp.startShared(t, "node1"), cp.startShared(t, "node2")
 	cp.xds.PushWorkload(meshWorkload("a", a.ip, "node1"), meshWorkload("c", c.ip, "node1"), meshWorkload("b", b.ip, "node2"))
+	// A workload of node1 that istio-cni never hands over: gozt asks no
+	// certificate for it (README, Differences: ztunnel prefetches every
+	// local workload's as xDS delivers it).
+	cp.xds.PushWorkload(meshWorkload("never-handed", "10.254.0.9", "node1"))
 	vip := netip.MustParseAddr("10.96.0.10").As4()
 	svc := &workloadapi.Service{
 		Name: "echo", Namespace: "demo", Hostname: "echo.demo.svc.cluster.local",
@@ -229,6 +233,11 @@ func TestSharedModeTraffic(t *testing.T) {
 	for _, sa := range []string{"a", "b", "c"} {
 		if !impersonated[sa] {
 			t.Errorf("no impersonated CSR with the node token for pod %s; CA saw %+v", sa, cp.cas.Requests())
+		}
+	}
+	for _, r := range cp.cas.Requests() {
+		if r.Identity.ServiceAccount == "never-handed" {
+			t.Errorf("a certificate was asked for a workload istio-cni never handed over: %+v", r)
 		}
 	}
 
