@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -19,6 +20,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/gozt/gozt/internal/syncbuf"
 )
 
 // soakParams sizes the soak (TESTPLAN L1) and churn (L2) phases: a short
@@ -191,7 +194,13 @@ func readProcStats() procStats {
 // to their baseline afterwards.
 func TestSoak(t *testing.T) {
 	p := soakConfig(t)
-	tm := startMesh(t)
+	// The mesh logs at WARN into memory: what logMeshErrors reads. At
+	// INFO the buffer would hold an access-log line per connection, 128
+	// MiB of live heap after the long soak's 100,000 (the "RSS ended at
+	// 175 MiB" of issue 36 was that buffer; see bench/NOTES.md).
+	logs := &syncbuf.Buffer{}
+	tm := startMeshOpts(t, "", Options{Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	tm.logs = logs
 	ln, err := net.Listen("tcp", tm.ips.Server+":9100")
 	if err != nil {
 		t.Fatal(err)
@@ -212,6 +221,7 @@ func TestSoak(t *testing.T) {
 	}
 	time.Sleep(200 * time.Millisecond)
 	base := readProcStats()
+	t.Logf("soak memory at the start: %s", memReport())
 	var peakRSS atomic.Int64
 	stopSample := make(chan struct{})
 	sampled := make(chan struct{})
@@ -292,9 +302,20 @@ func TestSoak(t *testing.T) {
 	ln.Close()
 	churnLn.Close()
 	srv.wg.Wait()
+	// Where the memory is once the mesh has let go of every connection:
+	// after a collection, then (in the long soak) after the scavenger has
+	// had a minute, then after returning every free page to the OS.
+	runtime.GC()
+	t.Logf("soak memory after a GC: %s", memReport())
+	if os.Getenv("GOZT_SOAK") == "1" {
+		time.Sleep(time.Minute)
+		t.Logf("soak memory a minute later: %s", memReport())
+	}
+	writeSoakHeapProfile(t)
 	// Back to the baseline once the mesh has let go of every connection.
 	var end procStats
 	debug.FreeOSMemory()
+	t.Logf("soak memory after FreeOSMemory: %s", memReport())
 	ok := false
 	for deadline := time.Now().Add(15 * time.Second); !ok && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		end = readProcStats()
