@@ -19,7 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/gozt/gozt/internal/workers"
-	"github.com/gozt/gozt/proxy/state"
+	"github.com/gozt/gozt/state"
 	"github.com/gozt/gozt/rbac"
 )
 

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/gozt/gozt/proxy/connmgr"
-	"github.com/gozt/gozt/proxy/state"
+	"github.com/gozt/gozt/state"
 	"github.com/gozt/gozt/rbac"
 )
 

@@ -11,7 +11,7 @@ import (
 
 	"github.com/gozt/gozt/certs/localca"
 	"github.com/gozt/gozt/proxy/dns"
-	"github.com/gozt/gozt/proxy/state"
+	"github.com/gozt/gozt/state"
 )
 
 // TestDNSOnly: with DNSOnly (ENABLE_PROXY=false) a proxy binds its DNS

@@ -27,7 +27,7 @@ import (
 	"github.com/gozt/gozt/internal/syncbuf"
 	"github.com/gozt/gozt/internal/tcptest"
 	"github.com/gozt/gozt/internal/workers"
-	"github.com/gozt/gozt/proxy/state"
+	"github.com/gozt/gozt/state"
 )
 
 // The two-network mesh of TestDoubleHBONE: a client on network net-a, and on

@@ -5,7 +5,7 @@ import (
 	"regexp"
 	"testing"
 
-	"github.com/gozt/gozt/proxy/state"
+	"github.com/gozt/gozt/state"
 )
 
 func TestParseAuthority(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 	"slices"
 
 	"github.com/gozt/gozt/certs/identity"
-	"github.com/gozt/gozt/proxy/state"
+	"github.com/gozt/gozt/state"
 	"github.com/gozt/gozt/rbac"
 )
 

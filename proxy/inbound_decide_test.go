@@ -11,7 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gozt/gozt/certs/identity"
-	"github.com/gozt/gozt/proxy/state"
+	"github.com/gozt/gozt/state"
 	"github.com/gozt/gozt/rbac"
 )
 

@@ -1,7 +1,7 @@
 package proxy
 
 import (
-	"github.com/gozt/gozt/proxy/state"
+	"github.com/gozt/gozt/state"
 )
 
 // pickEndpoint load-balances svc for a request to service port svcPort

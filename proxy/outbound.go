@@ -15,7 +15,7 @@ import (
 	"github.com/gozt/gozt/hbone"
 	"github.com/gozt/gozt/proxy/relay"
 	"github.com/gozt/gozt/proxy/sockopt"
-	"github.com/gozt/gozt/proxy/state"
+	"github.com/gozt/gozt/state"
 )
 
 // handleOutbound serves a connection captured on 15001 (SPEC §3.1).

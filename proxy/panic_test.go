@@ -24,7 +24,7 @@ import (
 	"github.com/gozt/gozt/internal/syncbuf"
 	"github.com/gozt/gozt/internal/tcptest"
 	"github.com/gozt/gozt/internal/workers"
-	"github.com/gozt/gozt/proxy/state"
+	"github.com/gozt/gozt/state"
 )
 
 // The panic test's workload, on 127.86.1.0/24: one HBONE workload whose

@@ -1,6 +1,6 @@
 // Package proxy runs one workload's data plane: the outbound (15001),
 // inbound plaintext (15006), inbound HBONE (15008) and SOCKS5 (15080)
-// listeners of SPEC §1–3, routing through proxy/state, tunnels through hbone
+// listeners of SPEC §1–3, routing through state, tunnels through hbone
 // and byte copying through proxy/relay.
 //
 // One Proxy serves one workload, as ztunnel runs one set of listeners per pod.
@@ -30,7 +30,7 @@ import (
 	"github.com/gozt/gozt/proxy/dns"
 	"github.com/gozt/gozt/proxy/relay"
 	"github.com/gozt/gozt/proxy/sockopt"
-	"github.com/gozt/gozt/proxy/state"
+	"github.com/gozt/gozt/state"
 )
 
 // The fixed ports of a workload's listeners (SPEC §1.1).

@@ -8,7 +8,7 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/gozt/gozt/proxy/state"
+	"github.com/gozt/gozt/state"
 )
 
 // This file holds the pure outbound routing decision (SPEC §3.2–3.5): no I/O,

@@ -11,7 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gozt/gozt/certs/localca"
-	"github.com/gozt/gozt/proxy/state"
+	"github.com/gozt/gozt/state"
 )
 
 // TestUserTimeoutListeners: Config.UserTimeout (USER_TIMEOUT_ENABLED) is

@@ -101,7 +101,7 @@ func evaluateN(b *testing.B, n int, sets bool) {
 }
 
 // BenchmarkEvaluate10 and BenchmarkEvaluate10000 evaluate benchSource
-// through Sets, as proxy/state serves policies; 10% of its policies are
+// through Sets, as state serves policies; 10% of its policies are
 // referenced by the workload, and references are matched one by one.
 func BenchmarkEvaluate10(b *testing.B)          { evaluateN(b, 10, throughSets) }
 func BenchmarkEvaluate10000(b *testing.B)       { evaluateN(b, 10000, throughSets) }

@@ -22,7 +22,7 @@ type Conn struct {
 }
 
 // Source gives the policies that may apply to a destination workload.
-// proxy/state's snapshot implements it.
+// state's snapshot implements it.
 //
 // The evaluator only reads what Source returns and keeps nothing after
 // Evaluate returns. Every policy it returns must have passed Validate and must

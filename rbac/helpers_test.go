@@ -12,7 +12,7 @@ import (
 )
 
 // fakeSource is a map-backed rbac.Source. Policies are indexed by scope in
-// the order they were added, the way proxy/state indexes them.
+// the order they were added, the way state indexes them.
 type fakeSource struct {
 	byKey  map[string]*rbac.Policy
 	byNS   map[string][]*rbac.Policy
@@ -141,7 +141,7 @@ func realisticSource() (*fakeSource, rbac.Target) {
 }
 
 // setSource is a fakeSource that also serves its scope lists as rbac.Sets,
-// the way proxy/state serves them, so that Evaluate uses the Sets' indexes.
+// the way state serves them, so that Evaluate uses the Sets' indexes.
 type setSource struct {
 	*fakeSource
 	byNS   map[string]*rbac.Set

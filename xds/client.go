@@ -25,7 +25,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/gozt/gozt/istiod"
-	"github.com/gozt/gozt/proxy/state"
+	"github.com/gozt/gozt/state"
 )
 
 // Type URLs of the two resource types ztunnel subscribes to (SPEC §5.1).

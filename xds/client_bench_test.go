@@ -23,7 +23,7 @@ import (
 	"istio.io/istio/pkg/workloadapi"
 
 	"github.com/gozt/gozt/internal/gctest"
-	"github.com/gozt/gozt/proxy/state"
+	"github.com/gozt/gozt/state"
 )
 
 // benchPush builds one Address response with the given numbers of

@@ -10,7 +10,7 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/gozt/gozt/proxy/state"
+	"github.com/gozt/gozt/state"
 	"github.com/gozt/gozt/xds"
 	"github.com/gozt/gozt/xds/xdstest"
 )

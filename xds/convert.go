@@ -9,11 +9,11 @@ import (
 
 	"istio.io/istio/pkg/workloadapi"
 
-	"github.com/gozt/gozt/proxy/state"
+	"github.com/gozt/gozt/state"
 )
 
 // Conversion from Istio's wire types (istio.io/istio/pkg/workloadapi, SPEC
-// §5.4) to proxy/state values. The *FromProto functions are pure: they read
+// §5.4) to state values. The *FromProto functions are pure: they read
 // the proto, apply the xDS defaults, check everything the store and the data
 // path rely on, and return a value the store accepts, or an error saying what
 // is wrong. They run once per resource, off the store lock and off the data

@@ -5,7 +5,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 
-	"github.com/gozt/gozt/proxy/state"
+	"github.com/gozt/gozt/state"
 	"github.com/gozt/gozt/rbac"
 )
 

@@ -8,7 +8,7 @@ import (
 
 	"istio.io/istio/pkg/workloadapi"
 
-	"github.com/gozt/gozt/proxy/state"
+	"github.com/gozt/gozt/state"
 )
 
 // ServiceFromProto converts an istio.workload.Service (SPEC §5.4). It

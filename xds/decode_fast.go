@@ -8,7 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"istio.io/istio/pkg/workloadapi"
 
-	"github.com/gozt/gozt/proxy/state"
+	"github.com/gozt/gozt/state"
 )
 
 // The fast workload decoder reads an istio.workload.Address straight from

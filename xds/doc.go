@@ -1,4 +1,4 @@
-// Package xds feeds the node's state (proxy/state) from the control plane:
+// Package xds feeds the node's state (package state) from the control plane:
 // Istio's workload and authorization resources (SPEC §5), and the local
 // static config file that replaces xDS for `gozt local` and tests (SPEC §5.5).
 //
@@ -25,6 +25,6 @@
 // Package xdsserver is the matching in-process fake istiod; tests use it
 // through xdstest.
 //
-// xds imports proxy/state, rbac and certs/identity, never proxy, hbone or
+// xds imports state, rbac and certs/identity, never proxy, hbone or
 // certs.
 package xds

@@ -3,7 +3,7 @@ package xds
 import (
 	"istio.io/istio/pkg/workloadapi"
 
-	"github.com/gozt/gozt/proxy/state"
+	"github.com/gozt/gozt/state"
 )
 
 // Converters without an interner, for the tests (the client converts

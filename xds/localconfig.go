@@ -12,7 +12,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/gozt/gozt/proxy/state"
+	"github.com/gozt/gozt/state"
 	"github.com/gozt/gozt/rbac"
 )
 
@@ -377,7 +377,7 @@ func (p *parser) uint32Field(dst *uint32) fieldFn {
 	}
 }
 
-// enum is a uint8-based enum of proxy/state or rbac whose String() is its
+// enum is a uint8-based enum of state or rbac whose String() is its
 // config spelling.
 type enum interface {
 	~uint8

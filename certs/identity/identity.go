@@ -2,7 +2,7 @@
 // spiffe://<trust domain>/ns/<namespace>/sa/<service account>.
 //
 // It depends only on the standard library and go-spiffe's spiffeid, so
-// that every package (rbac, proxy/state, xds, certs, hbone) can share the
+// that every package (rbac, state, xds, certs, hbone) can share the
 // value type.
 package identity
 

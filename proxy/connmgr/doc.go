@@ -39,5 +39,5 @@
 //     just after unregister returns, so it must tolerate a connection that is
 //     already closed (closing a net.Conn twice is harmless).
 //
-// connmgr imports only rbac, proxy/state and certs/identity; proxy imports it.
+// connmgr imports only rbac, state and certs/identity; proxy imports it.
 package connmgr

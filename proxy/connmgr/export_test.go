@@ -1,6 +1,6 @@
 package connmgr
 
-import "github.com/gozt/gozt/proxy/state"
+import "github.com/gozt/gozt/state"
 
 // Passes returns the number of completed re-check passes.
 func (m *Manager) Passes() uint64 { return m.passes.Load() }

@@ -19,7 +19,7 @@ import (
 
 	"github.com/gozt/gozt/certs/identity"
 	"github.com/gozt/gozt/proxy/connmgr"
-	"github.com/gozt/gozt/proxy/state"
+	"github.com/gozt/gozt/state"
 	"github.com/gozt/gozt/rbac"
 )
 

@@ -1,6 +1,6 @@
 // Package dns is the DNS proxy of each workload (SPEC §10.1), on
 // github.com/miekg/dns: UDP and TCP listeners on port 15053 answer the
-// names of mesh services from proxy/state, as ztunnel does, and forward
+// names of mesh services from state, as ztunnel does, and forward
 // every other query to the upstream servers of gozt's resolv.conf.
 //
 // A Resolver is shared by a node: the cluster domain, the upstreams, the
@@ -31,5 +31,5 @@
 // stripped), each tried as is and then as wildcards, against the service
 // hostnames visible to the client, ranked as ztunnel ranks them.
 //
-// proxy/dns imports proxy/state and proxy/sockopt; proxy imports it.
+// proxy/dns imports state and proxy/sockopt; proxy imports it.
 package dns

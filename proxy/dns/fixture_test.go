@@ -13,7 +13,7 @@ import (
 
 	"github.com/gozt/gozt/internal/dnstest"
 	"github.com/gozt/gozt/internal/syncbuf"
-	"github.com/gozt/gozt/proxy/state"
+	"github.com/gozt/gozt/state"
 )
 
 // The client workload of the fixture mesh.

@@ -19,7 +19,7 @@ import (
 
 	"github.com/gozt/gozt/internal/nstest"
 	"github.com/gozt/gozt/proxy/sockopt"
-	"github.com/gozt/gozt/proxy/state"
+	"github.com/gozt/gozt/state"
 )
 
 // TestSpoofedSelfResponse (tier 3, issue 36 item 1): one UDP datagram

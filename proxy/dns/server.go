@@ -15,7 +15,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/gozt/gozt/proxy/sockopt"
-	"github.com/gozt/gozt/proxy/state"
+	"github.com/gozt/gozt/state"
 )
 
 // Port is the DNS proxy's port (SPEC §1.1).

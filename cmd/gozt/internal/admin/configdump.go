@@ -13,7 +13,7 @@ import (
 
 	"github.com/gozt/gozt/certs"
 	"github.com/gozt/gozt/proxy"
-	"github.com/gozt/gozt/proxy/state"
+	"github.com/gozt/gozt/state"
 )
 
 // configDump is /config_dump in the shape istioctl's ztunnel-config reads

@@ -20,7 +20,7 @@ import (
 	"net/netip"
 	"strings"
 
-	"github.com/gozt/gozt/proxy/state"
+	"github.com/gozt/gozt/state"
 	"github.com/gozt/gozt/rbac"
 )
 

@@ -9,7 +9,7 @@ import (
 	"net/url"
 	"os"
 
-	"github.com/gozt/gozt/proxy/state"
+	"github.com/gozt/gozt/state"
 )
 
 // Output formats of Run.

@@ -13,7 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gozt/gozt/cmd/gozt/internal/explain"
-	"github.com/gozt/gozt/proxy/state"
+	"github.com/gozt/gozt/state"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/gozt-dump.json from fixtureStore")

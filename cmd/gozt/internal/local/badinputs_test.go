@@ -30,7 +30,7 @@ import (
 	"github.com/gozt/gozt/certs/identity"
 	"github.com/gozt/gozt/hbone"
 	"github.com/gozt/gozt/hbone/hbonetest"
-	"github.com/gozt/gozt/proxy/state"
+	"github.com/gozt/gozt/state"
 )
 
 // TestBadInputs runs TESTPLAN §5.1 items 1–37 (HBONE/HTTP-2 and TLS bad

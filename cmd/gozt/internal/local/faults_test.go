@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gozt/gozt/proxy/state"
+	"github.com/gozt/gozt/state"
 )
 
 // TestWorkloadRemovedTearsDownConnections (TESTPLAN F20): removing the

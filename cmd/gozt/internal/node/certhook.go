@@ -8,7 +8,7 @@ import (
 
 	"github.com/gozt/gozt/certs"
 	"github.com/gozt/gozt/certs/identity"
-	"github.com/gozt/gozt/proxy/state"
+	"github.com/gozt/gozt/state"
 )
 
 // prefetcher is the part of certs.Manager the hook drives.

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/gozt/gozt/certs/identity"
-	"github.com/gozt/gozt/proxy/state"
+	"github.com/gozt/gozt/state"
 )
 
 type recordingPrefetcher struct{ calls []string }

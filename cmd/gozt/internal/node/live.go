@@ -3,7 +3,7 @@ package node
 import (
 	"github.com/gozt/gozt/cmd/gozt/internal/admin"
 	"github.com/gozt/gozt/proxy/inpod"
-	"github.com/gozt/gozt/proxy/state"
+	"github.com/gozt/gozt/state"
 )
 
 // live is what the admin live view shows: the workloads this node serves

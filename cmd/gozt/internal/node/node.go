@@ -36,7 +36,7 @@ import (
 	"github.com/gozt/gozt/proxy/connmgr"
 	"github.com/gozt/gozt/proxy/dns"
 	"github.com/gozt/gozt/proxy/inpod"
-	"github.com/gozt/gozt/proxy/state"
+	"github.com/gozt/gozt/state"
 	"github.com/gozt/gozt/xds"
 )
 

@@ -25,6 +25,6 @@
 // Snapshot.Dump renders the workloads/services/policies/stagedServices part of
 // the admin /config_dump (SPEC §8.2), and ParseDump reads it back.
 //
-// proxy/state imports only rbac and certs/identity; xds writes into it and
+// state imports only rbac and certs/identity; xds writes into it and
 // proxy reads from it.
 package state
