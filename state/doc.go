@@ -22,9 +22,6 @@
 // the store afterwards and must not be modified by the caller; values read
 // from a Snapshot are shared and must be treated as read-only.
 //
-// Snapshot.Dump renders the workloads/services/policies/stagedServices part of
-// the admin /config_dump (SPEC §8.2), and ParseDump reads it back.
-//
 // state imports only rbac and certs/identity; xds writes into it and
 // proxy reads from it.
 package state

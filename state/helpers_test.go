@@ -1,6 +1,8 @@
 package state
 
 import (
+	"encoding/json"
+	"maps"
 	"net/netip"
 	"slices"
 	"testing"
@@ -71,4 +73,31 @@ func endpointUIDs(s *Service) []string {
 func sorted(l []string) []string {
 	slices.Sort(l)
 	return l
+}
+
+// contents renders everything s shows (workloads, services with their
+// endpoints, policies, staged endpoints) as JSON: a deep copy, for tests
+// that check a snapshot never changes and for readers that walk it whole.
+func contents(t testing.TB, s *Snapshot) string {
+	type service struct {
+		*Service
+		Endpoints map[string]Endpoint // shadows Service.Endpoints, whose fields are unexported
+	}
+	v := struct {
+		Workloads []*Workload
+		Services  []service
+		Policies  []*rbac.Policy
+		Staged    map[string]map[string]Endpoint
+	}{Workloads: s.Workloads(), Policies: s.Policies(), Staged: map[string]map[string]Endpoint{}}
+	for _, svc := range s.Services() {
+		v.Services = append(v.Services, service{svc, maps.Collect(svc.Endpoints.All())})
+	}
+	for key, eps := range s.StagedEndpoints() {
+		v.Staged[key] = maps.Collect(eps.All())
+	}
+	data, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		t.Errorf("contents: %v", err) // Errorf: readers call it off the test's goroutine
+	}
+	return string(data)
 }

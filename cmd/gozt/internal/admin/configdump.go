@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gozt/gozt/certs"
+	"github.com/gozt/gozt/cmd/gozt/internal/configdump"
 	"github.com/gozt/gozt/proxy"
 	"github.com/gozt/gozt/state"
 )
@@ -19,14 +20,14 @@ import (
 // configDump is /config_dump in the shape istioctl's ztunnel-config reads
 // (SPEC §8.2).
 type configDump struct {
-	Workloads      []state.WorkloadJSON                     `json:"workloads"`
-	Services       []state.ServiceJSON                      `json:"services"`
-	Policies       []state.PolicyJSON                       `json:"policies"`
-	StagedServices map[string]map[string]state.EndpointJSON `json:"stagedServices"`
-	StaticConfig   any                                      `json:"staticConfig"`
-	Version        versionJSON                              `json:"version"`
-	Config         any                                      `json:"config"`
-	Certificates   []certJSON                               `json:"certificates"`
+	Workloads      []configdump.WorkloadJSON                     `json:"workloads"`
+	Services       []configdump.ServiceJSON                      `json:"services"`
+	Policies       []configdump.PolicyJSON                       `json:"policies"`
+	StagedServices map[string]map[string]configdump.EndpointJSON `json:"stagedServices"`
+	StaticConfig   any                                           `json:"staticConfig"`
+	Version        versionJSON                                   `json:"version"`
+	Config         any                                           `json:"config"`
+	Certificates   []certJSON                                    `json:"certificates"`
 	// WorkloadState is every workload gozt proxies (SPEC §8.2).
 	WorkloadState map[string]WorkloadState `json:"workloadState"`
 }
@@ -125,7 +126,7 @@ type DumpInput struct {
 
 // ConfigDump renders in as /config_dump (SPEC §8.2).
 func ConfigDump(in DumpInput) any {
-	d := in.Snapshot.Dump()
+	d := configdump.FromSnapshot(in.Snapshot)
 	static := in.Static
 	if static == nil {
 		static = map[string]any{}

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 
+	"github.com/gozt/gozt/cmd/gozt/internal/configdump"
 	"github.com/gozt/gozt/state"
 )
 
@@ -113,14 +114,14 @@ func parseArgs(args []string, stderr io.Writer) (runOptions, error) {
 }
 
 // LoadDump rebuilds the node's state from config_dump JSON with
-// state.ParseDump and the dump's converters. Each workload, service and
+// configdump.Parse and the dump's converters. Each workload, service and
 // policy is converted and inserted on its own: one that fails is left out
 // and reported in skipped, so one odd entry in a real ztunnel's dump does not
 // hide the rest. It fails when data is not a config dump or holds no
 // workload. Workloads come back without their service memberships, which
 // authorization does not use.
 func LoadDump(data []byte) (snap *state.Snapshot, skipped []error, err error) {
-	d, err := state.ParseDump(data)
+	d, err := configdump.Parse(data)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/gozt/gozt/cmd/gozt/internal/configdump"
 	"github.com/gozt/gozt/cmd/gozt/internal/explain"
 	"github.com/gozt/gozt/state"
 )
@@ -68,7 +69,7 @@ func liveJSON(t testing.TB, st *state.Store, rawQuery string) string {
 // TestGoztDumpTestdata keeps testdata/gozt-dump.json equal to the config_dump
 // of fixtureStore (run with -update after an intended change).
 func TestGoztDumpTestdata(t *testing.T) {
-	got, err := json.MarshalIndent(fixtureStore(t).Snapshot().Dump(), "", "  ")
+	got, err := json.MarshalIndent(configdump.FromSnapshot(fixtureStore(t).Snapshot()), "", "  ")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package state
+package configdump
 
 import (
 	"encoding/json"
@@ -9,11 +9,12 @@ import (
 	"slices"
 
 	"github.com/gozt/gozt/rbac"
+	"github.com/gozt/gozt/state"
 )
 
 // Dump is the workloads/services/policies/stagedServices part of the admin
 // /config_dump (SPEC §8.2). It encodes to the JSON that istioctl
-// ztunnel-config reads and decodes back with ParseDump.
+// ztunnel-config reads and decodes back with Parse.
 type Dump struct {
 	Workloads      []WorkloadJSON                     `json:"workloads"`
 	Services       []ServiceJSON                      `json:"services"`
@@ -201,9 +202,9 @@ func parseEnum[T interface {
 	return 0, false
 }
 
-// Dump returns the config_dump form of the snapshot: workloads sorted by
+// FromSnapshot returns the config_dump form of s: workloads sorted by
 // uid, services by hostname then namespace, policies by key.
-func (s *Snapshot) Dump() Dump {
+func FromSnapshot(s *state.Snapshot) Dump {
 	d := Dump{
 		Workloads:      []WorkloadJSON{},
 		Services:       []ServiceJSON{},
@@ -226,7 +227,7 @@ func (s *Snapshot) Dump() Dump {
 }
 
 // NewWorkloadJSON returns the config_dump form of w.
-func NewWorkloadJSON(w *Workload) WorkloadJSON {
+func NewWorkloadJSON(w *state.Workload) WorkloadJSON {
 	j := WorkloadJSON{
 		WorkloadIPs:           make([]string, 0, len(w.Addresses)),
 		Waypoint:              gatewayJSON(w.Waypoint),
@@ -266,7 +267,7 @@ func NewWorkloadJSON(w *Workload) WorkloadJSON {
 	return j
 }
 
-func gatewayJSON(g *GatewayAddress) *GatewayJSON {
+func gatewayJSON(g *state.GatewayAddress) *GatewayJSON {
 	if g == nil {
 		return nil
 	}
@@ -274,7 +275,7 @@ func gatewayJSON(g *GatewayAddress) *GatewayJSON {
 }
 
 // NewServiceJSON returns the config_dump form of svc, endpoints included.
-func NewServiceJSON(svc *Service) ServiceJSON {
+func NewServiceJSON(svc *state.Service) ServiceJSON {
 	j := ServiceJSON{
 		Name:            svc.Name,
 		Namespace:       svc.Namespace,
@@ -307,13 +308,13 @@ func NewServiceJSON(svc *Service) ServiceJSON {
 		}
 		j.LoadBalancer = l
 	}
-	if svc.IPFamilies != FamiliesAutomatic {
+	if svc.IPFamilies != state.FamiliesAutomatic {
 		j.IPFamilies = svc.IPFamilies.String()
 	}
 	return j
 }
 
-func endpointsJSON(eps EndpointSet) map[string]EndpointJSON {
+func endpointsJSON(eps state.EndpointSet) map[string]EndpointJSON {
 	out := make(map[string]EndpointJSON, eps.Len())
 	for uid, ep := range eps.All() {
 		ports := make(map[uint16]uint16, len(ep.Ports))

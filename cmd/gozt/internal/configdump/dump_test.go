@@ -1,8 +1,9 @@
-package state
+package configdump
 
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"flag"
 	"net/netip"
 	"os"
@@ -11,53 +12,68 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/gozt/gozt/rbac"
+	"github.com/gozt/gozt/state"
 )
 
 var updateGolden = flag.Bool("update", false, "rewrite testdata golden files")
 
+// cmpOpts compares netip values by ==.
+var cmpOpts = cmpopts.EquateComparable(netip.Addr{}, netip.Prefix{})
+
+func ip(s string) netip.Addr { return netip.MustParseAddr(s) }
+
+func vip(network, s string) state.NetworkAddress {
+	return state.NetworkAddress{Network: network, Address: ip(s)}
+}
+
+func cidr(network, s string) state.NetworkPrefix {
+	return state.NetworkPrefix{Network: network, Prefix: netip.MustParsePrefix(s)}
+}
+
 // richStore holds one of everything the dump can show.
-func richStore(t testing.TB) *Store {
+func richStore(t testing.TB) *state.Store {
 	t.Helper()
-	full := &Workload{
+	full := &state.Workload{
 		UID: "c1//Pod/ns1/full", Name: "full", Namespace: "ns1",
 		Addresses: []netip.Addr{ip("10.0.0.1"), ip("fd00::1")},
-		Hostname:  "full.example", Network: "net1", Protocol: TunnelHBONE,
+		Hostname:  "full.example", Network: "net1", Protocol: state.TunnelHBONE,
 		TrustDomain: "td.example", ServiceAccount: "sa1",
-		Waypoint:       &GatewayAddress{Hostname: &NamespacedHostname{"ns1", "waypoint.ns1.svc.cluster.local"}, HBONEMTLSPort: 15008},
-		NetworkGateway: &GatewayAddress{Address: &NetworkAddress{"net1", ip("192.168.0.1")}, HBONEMTLSPort: 15009},
+		Waypoint:       &state.GatewayAddress{Hostname: &state.NamespacedHostname{Namespace: "ns1", Hostname: "waypoint.ns1.svc.cluster.local"}, HBONEMTLSPort: 15008},
+		NetworkGateway: &state.GatewayAddress{Address: &state.NetworkAddress{Network: "net1", Address: ip("192.168.0.1")}, HBONEMTLSPort: 15009},
 		Node:           "node1", CanonicalName: "full-app", CanonicalRevision: "v1",
-		WorkloadType: WorkloadPod, WorkloadName: "full-wl", NativeTunnel: true,
-		ApplicationTunnel: &ApplicationTunnel{Protocol: AppTunnelProxy, Port: 15088},
-		Services: map[string]PortMap{
+		WorkloadType: state.WorkloadPod, WorkloadName: "full-wl", NativeTunnel: true,
+		ApplicationTunnel: &state.ApplicationTunnel{Protocol: state.AppTunnelProxy, Port: 15088},
+		Services: map[string]state.PortMap{
 			"ns1/svc.example":    {80: 8080, 443: 0},
 			"ns1/staged.example": {90: 9090},
 		},
 		AuthorizationPolicies: []string{"ns1/sel"},
-		Status:                StatusHealthy, ClusterID: "cluster1",
-		Locality:    Locality{"region1", "zone1", "sub1"},
-		NetworkMode: NetworkStandard, Capacity: 3,
+		Status:                state.StatusHealthy, ClusterID: "cluster1",
+		Locality:    state.Locality{Region: "region1", Zone: "zone1", Subzone: "sub1"},
+		NetworkMode: state.NetworkStandard, Capacity: 3,
 	}
-	minimal := &Workload{UID: "c1//Pod/ns1/minimal", Name: "minimal", Namespace: "ns1",
-		Addresses: []netip.Addr{ip("10.0.0.2")}, Status: StatusUnhealthy, NetworkMode: NetworkHost,
-		WorkloadType: WorkloadCronJob,
-		Services:     map[string]PortMap{"ns1/svc.example": {80: 8080}, "ns1/other.example": {}}}
-	service := &Service{
+	minimal := &state.Workload{UID: "c1//Pod/ns1/minimal", Name: "minimal", Namespace: "ns1",
+		Addresses: []netip.Addr{ip("10.0.0.2")}, Status: state.StatusUnhealthy, NetworkMode: state.NetworkHost,
+		WorkloadType: state.WorkloadCronJob,
+		Services:     map[string]state.PortMap{"ns1/svc.example": {80: 8080}, "ns1/other.example": {}}}
+	service := &state.Service{
 		Name: "svc", Namespace: "ns1", Hostname: "svc.example",
-		VIPs:            []NetworkAddress{vip("", "10.96.0.1"), vip("net1", "fd00::96")},
-		CIDRVIPs:        []NetworkPrefix{cidr("", "10.200.0.0/16")},
-		Ports:           PortMap{80: 8080, 443: 0},
+		VIPs:            []state.NetworkAddress{vip("", "10.96.0.1"), vip("net1", "fd00::96")},
+		CIDRVIPs:        []state.NetworkPrefix{cidr("", "10.200.0.0/16")},
+		Ports:           state.PortMap{80: 8080, 443: 0},
 		SubjectAltNames: []string{"spiffe://td.example/ns/ns1/sa/extra"},
-		Waypoint:        &GatewayAddress{Address: &NetworkAddress{"", ip("10.0.0.9")}, HBONEMTLSPort: 15008},
-		WeightedWaypoints: []WeightedWaypoint{
-			{Destination: GatewayAddress{Hostname: &NamespacedHostname{"ns1", "wp-a"}, HBONEMTLSPort: 15008}, Weight: 80},
-			{Destination: GatewayAddress{Address: &NetworkAddress{"net1", ip("10.0.0.10")}, HBONEMTLSPort: 15008}, Weight: 20},
+		Waypoint:        &state.GatewayAddress{Address: &state.NetworkAddress{Address: ip("10.0.0.9")}, HBONEMTLSPort: 15008},
+		WeightedWaypoints: []state.WeightedWaypoint{
+			{Destination: state.GatewayAddress{Hostname: &state.NamespacedHostname{Namespace: "ns1", Hostname: "wp-a"}, HBONEMTLSPort: 15008}, Weight: 80},
+			{Destination: state.GatewayAddress{Address: &state.NetworkAddress{Network: "net1", Address: ip("10.0.0.10")}, HBONEMTLSPort: 15008}, Weight: 20},
 		},
-		LoadBalancer: &LoadBalancer{RoutingPreference: []LBScope{ScopeNetwork, ScopeRegion, ScopeZone}, Mode: LBFailover, HealthPolicy: AllowAll},
-		IPFamilies:   FamiliesDual, Canonical: true, Visibility: VisibilityNamespace,
+		LoadBalancer: &state.LoadBalancer{RoutingPreference: []state.LBScope{state.ScopeNetwork, state.ScopeRegion, state.ScopeZone}, Mode: state.LBFailover, HealthPolicy: state.AllowAll},
+		IPFamilies:   state.FamiliesDual, Canonical: true, Visibility: state.VisibilityNamespace,
 	}
-	other := &Service{Name: "other", Namespace: "ns1", Hostname: "other.example"}
+	other := &state.Service{Name: "other", Namespace: "ns1", Hostname: "other.example"}
 	pol := &rbac.Policy{
 		Name: "deny", Namespace: "ns1", Scope: rbac.Global, Action: rbac.Deny, DryRun: true,
 		Rules: []rbac.Rule{
@@ -82,20 +98,33 @@ func richStore(t testing.TB) *Store {
 		},
 	}
 	sel := &rbac.Policy{Name: "sel", Namespace: "ns1", Scope: rbac.WorkloadSelector}
-	st := NewStore(Config{})
-	update(t, st, func(b *Batch, must func(error)) {
-		must(b.InsertWorkload(full))
-		must(b.InsertWorkload(minimal))
-		must(b.InsertService(service))
-		must(b.InsertService(other))
-		must(b.InsertPolicy(pol))
-		must(b.InsertPolicy(sel))
+	return newStore(t, func(b *state.Batch) error {
+		return errors.Join(
+			b.InsertWorkload(full),
+			b.InsertWorkload(minimal),
+			b.InsertService(service),
+			b.InsertService(other),
+			b.InsertPolicy(pol),
+			b.InsertPolicy(sel),
+		)
 	})
+}
+
+// newStore returns a store that apply filled in one batch, failing t if
+// apply returns an error.
+func newStore(t testing.TB, apply func(*state.Batch) error) *state.Store {
+	t.Helper()
+	st := state.NewStore(state.Config{})
+	var err error
+	st.Update(func(b *state.Batch) { err = apply(b) })
+	if err != nil {
+		t.Fatalf("store rejected the batch: %v", err)
+	}
 	return st
 }
 
 func TestDumpGolden(t *testing.T) {
-	got, err := json.MarshalIndent(richStore(t).Snapshot().Dump(), "", "  ")
+	got, err := json.MarshalIndent(FromSnapshot(richStore(t).Snapshot()), "", "  ")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +145,7 @@ func TestDumpGolden(t *testing.T) {
 }
 
 func TestEmptyDump(t *testing.T) {
-	got, err := json.Marshal(NewStore(Config{}).Snapshot().Dump())
+	got, err := json.Marshal(FromSnapshot(state.NewStore(state.Config{}).Snapshot()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,23 +159,18 @@ func TestEmptyDump(t *testing.T) {
 // that the new store dumps the same JSON.
 func TestDumpRoundTrip(t *testing.T) {
 	orig := richStore(t).Snapshot()
-	data, err := json.Marshal(orig.Dump())
+	data, err := json.Marshal(FromSnapshot(orig))
 	if err != nil {
 		t.Fatal(err)
 	}
-	// ParseDump accepts a whole config_dump with other keys.
+	// Parse accepts a whole config_dump with other keys.
 	whole := append([]byte(`{"version":{"version":"x"},"certificates":[],`), data[1:]...)
-	d, err := ParseDump(whole)
+	d, err := Parse(whole)
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := NewStore(Config{})
-	var applyErr error
-	st.Update(func(b *Batch) { applyErr = d.Apply(b) })
-	if applyErr != nil {
-		t.Fatal(applyErr)
-	}
-	again, err := json.Marshal(st.Snapshot().Dump())
+	st := newStore(t, d.Apply)
+	again, err := json.Marshal(FromSnapshot(st.Snapshot()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,10 +181,10 @@ func TestDumpRoundTrip(t *testing.T) {
 	for _, w := range orig.Workloads() {
 		got := st.Snapshot().WorkloadByUID(w.UID)
 		want := *w
-		if w.Status == StatusUnhealthy {
+		if w.Status == state.StatusUnhealthy {
 			// Its endpoint in an OnlyHealthy service is not in the dump:
 			// the membership survives, the ports do not.
-			want.Services = map[string]PortMap{"ns1/svc.example": {80: 8080}, "ns1/other.example": {}}
+			want.Services = map[string]state.PortMap{"ns1/svc.example": {80: 8080}, "ns1/other.example": {}}
 		}
 		if diff := cmp.Diff(&want, got, cmpOpts); diff != "" {
 			t.Errorf("workload %s (-orig +round-tripped):\n%s", w.UID, diff)
@@ -196,7 +220,7 @@ func TestParseDumpErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			d, err := ParseDump([]byte(tt.json))
+			d, err := Parse([]byte(tt.json))
 			if err == nil {
 				_, _, _, err = d.State()
 			}

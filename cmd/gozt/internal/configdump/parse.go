@@ -1,4 +1,4 @@
-package state
+package configdump
 
 import (
 	"cmp"
@@ -11,11 +11,12 @@ import (
 	"strings"
 
 	"github.com/gozt/gozt/rbac"
+	"github.com/gozt/gozt/state"
 )
 
-// ParseDump decodes config_dump JSON (the whole document or just these four
+// Parse decodes config_dump JSON (the whole document or just these four
 // keys); other top-level keys and unknown fields are ignored.
-func ParseDump(data []byte) (*Dump, error) {
+func Parse(data []byte) (*Dump, error) {
 	var d Dump
 	if err := json.Unmarshal(data, &d); err != nil {
 		return nil, fmt.Errorf("state: parse config dump: %w", err)
@@ -28,8 +29,8 @@ func ParseDump(data []byte) (*Dump, error) {
 // services; for an unhealthy endpoint that a service filtered out (health
 // policy OnlyHealthy) only the membership is known, so its port map comes
 // back empty.
-func (d *Dump) State() (workloads []*Workload, services []*Service, policies []*rbac.Policy, err error) {
-	byUID := map[string]*Workload{}
+func (d *Dump) State() (workloads []*state.Workload, services []*state.Service, policies []*rbac.Policy, err error) {
+	byUID := map[string]*state.Workload{}
 	for i := range d.Workloads {
 		w, err := d.Workloads[i].Workload()
 		if err != nil {
@@ -43,11 +44,11 @@ func (d *Dump) State() (workloads []*Workload, services []*Service, policies []*
 		for uid, ep := range eps {
 			if w := byUID[uid]; w != nil {
 				if w.Services == nil {
-					w.Services = map[string]PortMap{}
+					w.Services = map[string]state.PortMap{}
 				}
-				w.Services[key] = PortMap(maps.Clone(ep.Port))
+				w.Services[key] = state.PortMap(maps.Clone(ep.Port))
 				if w.Services[key] == nil {
-					w.Services[key] = PortMap{}
+					w.Services[key] = state.PortMap{}
 				}
 			}
 		}
@@ -70,9 +71,9 @@ func (d *Dump) State() (workloads []*Workload, services []*Service, policies []*
 		for _, key := range d.Workloads[i].Services {
 			if _, ok := w.Services[key]; !ok {
 				if w.Services == nil {
-					w.Services = map[string]PortMap{}
+					w.Services = map[string]state.PortMap{}
 				}
-				w.Services[key] = PortMap{}
+				w.Services[key] = state.PortMap{}
 			}
 		}
 	}
@@ -87,7 +88,7 @@ func (d *Dump) State() (workloads []*Workload, services []*Service, policies []*
 }
 
 // Apply resets the batch and inserts everything in the dump.
-func (d *Dump) Apply(b *Batch) error {
+func (d *Dump) Apply(b *state.Batch) error {
 	ws, ss, ps, err := d.State()
 	if err != nil {
 		return err
@@ -138,8 +139,8 @@ func parseField[T interface {
 
 // Workload converts j back to a Workload (Services left nil: see
 // Dump.State). A capacity of 1 becomes 0, its equivalent default.
-func (j *WorkloadJSON) Workload() (*Workload, error) {
-	w := &Workload{
+func (j *WorkloadJSON) Workload() (*state.Workload, error) {
+	w := &state.Workload{
 		UID: j.UID, Name: j.Name, Namespace: j.Namespace, Hostname: j.Hostname, Network: j.Network,
 		TrustDomain: j.TrustDomain, ServiceAccount: j.ServiceAccount, Node: j.Node,
 		CanonicalName: j.CanonicalName, CanonicalRevision: j.CanonicalRevision,
@@ -149,20 +150,20 @@ func (j *WorkloadJSON) Workload() (*Workload, error) {
 	if j.Capacity > 1 {
 		w.Capacity = j.Capacity
 	}
-	fail := func(field string, err error) (*Workload, error) {
+	fail := func(field string, err error) (*state.Workload, error) {
 		return nil, dumpErr("workload", cmp.Or(j.UID, j.Namespace+"/"+j.Name), field, err)
 	}
 	var err error
-	if w.Protocol, err = parseField(j.Protocol, TunnelHBONE); err != nil {
+	if w.Protocol, err = parseField(j.Protocol, state.TunnelHBONE); err != nil {
 		return fail("protocol", err)
 	}
-	if w.NetworkMode, err = parseField(j.NetworkMode, NetworkHost); err != nil {
+	if w.NetworkMode, err = parseField(j.NetworkMode, state.NetworkHost); err != nil {
 		return fail("networkMode", err)
 	}
-	if w.WorkloadType, err = parseField(j.WorkloadType, WorkloadJob); err != nil {
+	if w.WorkloadType, err = parseField(j.WorkloadType, state.WorkloadJob); err != nil {
 		return fail("workloadType", err)
 	}
-	if w.Status, err = parseField(j.Status, StatusUnhealthy); err != nil {
+	if w.Status, err = parseField(j.Status, state.StatusUnhealthy); err != nil {
 		return fail("status", err)
 	}
 	for _, s := range j.WorkloadIPs {
@@ -179,99 +180,99 @@ func (j *WorkloadJSON) Workload() (*Workload, error) {
 		return fail("networkGateway", err)
 	}
 	if t := j.ApplicationTunnel; t != nil {
-		p, err := parseField(t.Protocol, AppTunnelProxy)
+		p, err := parseField(t.Protocol, state.AppTunnelProxy)
 		if err != nil {
 			return fail("applicationTunnel.protocol", err)
 		}
-		w.ApplicationTunnel = &ApplicationTunnel{Protocol: p, Port: t.Port}
+		w.ApplicationTunnel = &state.ApplicationTunnel{Protocol: p, Port: t.Port}
 	}
 	if l := j.Locality; l != nil {
-		w.Locality = Locality{l.Region, l.Zone, l.Subzone}
+		w.Locality = state.Locality{Region: l.Region, Zone: l.Zone, Subzone: l.Subzone}
 	}
 	return w, nil
 }
 
-func (g *GatewayJSON) gateway() (*GatewayAddress, error) {
+func (g *GatewayJSON) gateway() (*state.GatewayAddress, error) {
 	if g == nil {
 		return nil, nil
 	}
-	return ParseGatewayDestination(g.Destination, g.HBONEMTLSPort)
+	return state.ParseGatewayDestination(g.Destination, g.HBONEMTLSPort)
 }
 
 // Service converts j back to a Service (Endpoints left nil: the store builds
 // them from workloads).
-func (j *ServiceJSON) Service() (*Service, error) {
-	s := &Service{
+func (j *ServiceJSON) Service() (*state.Service, error) {
+	s := &state.Service{
 		Name: j.Name, Namespace: j.Namespace, Hostname: j.Hostname,
 		Canonical: j.Canonical,
 	}
 	if len(j.SubjectAltNames) > 0 {
 		s.SubjectAltNames = j.SubjectAltNames
 	}
-	fail := func(field string, err error) (*Service, error) {
+	fail := func(field string, err error) (*state.Service, error) {
 		return nil, dumpErr("service", j.Namespace+"/"+j.Hostname, field, err)
 	}
 	for _, v := range j.VIPs {
-		a, err := ParseNetworkAddress(v)
+		a, err := state.ParseNetworkAddress(v)
 		if err != nil {
 			return fail("vips", err)
 		}
 		s.VIPs = append(s.VIPs, a)
 	}
 	for _, v := range j.CIDRVIPs {
-		p, err := ParseNetworkPrefix(v)
+		p, err := state.ParseNetworkPrefix(v)
 		if err != nil {
 			return fail("cidrVips", err)
 		}
 		s.CIDRVIPs = append(s.CIDRVIPs, p)
 	}
 	if len(j.Ports) > 0 {
-		s.Ports = PortMap(maps.Clone(j.Ports))
+		s.Ports = state.PortMap(maps.Clone(j.Ports))
 	}
 	var err error
 	if s.Waypoint, err = j.Waypoint.gateway(); err != nil {
 		return fail("waypoint", err)
 	}
 	for _, ww := range j.WeightedWaypoints {
-		g, err := ParseGatewayDestination(ww.Destination, ww.HBONEMTLSPort)
+		g, err := state.ParseGatewayDestination(ww.Destination, ww.HBONEMTLSPort)
 		if err != nil {
 			return fail("weightedWaypoints", err)
 		}
-		s.WeightedWaypoints = append(s.WeightedWaypoints, WeightedWaypoint{Destination: *g, Weight: ww.Weight})
+		s.WeightedWaypoints = append(s.WeightedWaypoints, state.WeightedWaypoint{Destination: *g, Weight: ww.Weight})
 	}
 	if s.LoadBalancer, err = j.LoadBalancer.loadBalancer(); err != nil {
 		return fail("loadBalancer", err)
 	}
 	if j.IPFamilies != "" {
-		f, ok := parseEnum(j.IPFamilies, FamiliesDual)
-		if !ok || f == FamiliesAutomatic {
+		f, ok := parseEnum(j.IPFamilies, state.FamiliesDual)
+		if !ok || f == state.FamiliesAutomatic {
 			return fail("ipFamilies", fmt.Errorf("unknown value %q (want one of Dual, IPv4, IPv6)", j.IPFamilies))
 		}
 		s.IPFamilies = f
 	}
-	if s.Visibility, err = parseField(j.Visibility, VisibilityNamespace); err != nil {
+	if s.Visibility, err = parseField(j.Visibility, state.VisibilityNamespace); err != nil {
 		return fail("visibility", err)
 	}
 	return s, nil
 }
 
-func (l *LoadBalancerJSON) loadBalancer() (*LoadBalancer, error) {
+func (l *LoadBalancerJSON) loadBalancer() (*state.LoadBalancer, error) {
 	if l == nil {
 		return nil, nil
 	}
-	lb := &LoadBalancer{}
+	lb := &state.LoadBalancer{}
 	for _, p := range l.RoutingPreferences {
-		sc, ok := parseEnum(p, ScopeNetwork)
+		sc, ok := parseEnum(p, state.ScopeNetwork)
 		if !ok || sc == 0 {
 			return nil, fmt.Errorf("unknown routing preference %q", p)
 		}
 		lb.RoutingPreference = append(lb.RoutingPreference, sc)
 	}
 	var err error
-	if lb.Mode, err = parseField(l.Mode, LBPassthrough); err != nil {
+	if lb.Mode, err = parseField(l.Mode, state.LBPassthrough); err != nil {
 		return nil, err
 	}
-	if lb.HealthPolicy, err = parseField(l.HealthPolicy, AllowAll); err != nil {
+	if lb.HealthPolicy, err = parseField(l.HealthPolicy, state.AllowAll); err != nil {
 		return nil, err
 	}
 	return lb, nil
@@ -327,7 +328,7 @@ func (j *MatchJSON) match() (rbac.Match, error) {
 		{&m.SourceIPs, j.SourceIPs}, {&m.NotSourceIPs, j.NotSourceIPs},
 		{&m.DestinationIPs, j.DestinationIPs}, {&m.NotDestinationIPs, j.NotDestinationIPs},
 	} {
-		if *f.dst, err = ParsePrefixes(f.src); err != nil {
+		if *f.dst, err = state.ParsePrefixes(f.src); err != nil {
 			return rbac.Match{}, err
 		}
 	}
