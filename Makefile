@@ -54,11 +54,11 @@ vulncheck: ## govulncheck against a pinned Go vulnerability database, built offl
 
 check: fmt vet staticcheck vulncheck test ## gofmt, go vet, staticcheck, govulncheck, tests
 
-bench: ## side-by-side benchmarks (gozt bench); writes bench/results/
-	$(GO) run ./cmd/gozt bench $(BENCHFLAGS)
+bench: ## side-by-side benchmarks (cmd/gozt-bench); writes bench/results/
+	$(GO) run ./cmd/gozt-bench $(BENCHFLAGS)
 
 bench-quick: ## the reviewers' run: every scenario, 3 short repetitions (< 2 min)
-	$(GO) run ./cmd/gozt bench --quick $(BENCHFLAGS)
+	$(GO) run ./cmd/gozt-bench --quick $(BENCHFLAGS)
 
 bench-deps: ## install HAProxy, a peer in the passthrough scenario (as root)
 	apt-get install -y -qq haproxy

@@ -1,17 +1,17 @@
-// Package bench is the benchmark harness behind `gozt bench` and `make
-// bench` (issue 5): gozt's data path measured side by side with its peers
-// in one run, every figure reported as a ratio against a baseline measured
-// in the same run, because absolute figures on shared machines drift by
-// 30–50%.
+// Package bench is the benchmark harness behind `gozt bench` (the binary
+// cmd/gozt-bench) and `make bench` (issue 5): gozt's data path measured side
+// by side with its peers in one run, every figure reported as a ratio
+// against a baseline measured in the same run, because absolute figures on
+// shared machines drift by 30–50%.
 //
 // # Running it
 //
-//	gozt bench --quick                 every scenario, 3 short repetitions (< 2 min on 2 cores)
-//	gozt bench                         the thorough run (7 repetitions, longer runs)
-//	gozt bench --scenario hbone-up     one scenario (repeatable; --list shows them)
-//	gozt bench --json out.json         also write the JSON there
-//	gozt bench --cpuprofile-dir prof   a CPU and an allocation profile of every proxy process
-//	gozt bench --trace-dir tr          a runtime execution trace of every proxy process
+//	go run ./cmd/gozt-bench --quick                 every scenario, 3 short repetitions (< 2 min on 2 cores)
+//	go run ./cmd/gozt-bench                         the thorough run (7 repetitions, longer runs)
+//	go run ./cmd/gozt-bench --scenario hbone-up     one scenario (repeatable; --list shows them)
+//	go run ./cmd/gozt-bench --json out.json         also write the JSON there
+//	go run ./cmd/gozt-bench --cpuprofile-dir prof   a CPU and an allocation profile of every proxy process
+//	go run ./cmd/gozt-bench --trace-dir tr          a runtime execution trace of every proxy process
 //
 // Profiles and traces are named <scenario>-<process>.pprof (.trace), and
 // <scenario>-<process>-2 and so on for a process a scenario starts again
@@ -38,10 +38,10 @@
 //
 // Every proxy runs in its own process, so that its CPU and memory can be
 // read from /proc: the harness re-runs its own executable as
-// `<exe> bench --role NAME ...` (gozt's main passes every argument after
-// "bench" to Run). Roles: "gozt" (gozt's proxy.Proxy per workload, wired as
-// `gozt local` wires it, from a generated local config and a CA written to
-// a temporary directory; the outbound and inbound workloads run in separate
+// `<exe> bench --role NAME ...` (cmd/gozt-bench's main passes every
+// argument after "bench" to Run). Roles: "gozt" (gozt's proxy.Proxy per
+// workload, wired as `gozt local` wires it, from a generated local config
+// and a CA written to a temporary directory; the outbound and inbound workloads run in separate
 // processes, as on two nodes; with --netns PATH, in shared mode, every
 // socket made inside that network namespace through
 // proxy.Config.InNetns), "xnet-out" and "xnet-in" (the x/net
@@ -64,5 +64,6 @@
 // socket it makes goes through InNetns while the traffic takes the same
 // loopback path as in dedicated mode (shared.go).
 //
-// Only cmd/gozt imports bench.
+// Only cmd/gozt-bench imports bench; the node binary, cmd/gozt, must not
+// (deps_test.go).
 package bench

@@ -20,7 +20,7 @@ import (
 
 // A role is one process of a benchmark setup (the gozt outbound or inbound
 // proxy, an x/net proxy, the splice relay, the test server, the fake
-// istiod), run by `gozt bench --role NAME ...` in a child process so that
+// istiod), run by `<exe> bench --role NAME ...` in a child process so that
 // each one's CPU time and memory can be read from /proc.
 //
 // The protocol with the harness: the role prints "ready {JSON}" on stdout

@@ -50,7 +50,7 @@ func (l listFlag) Set(s string) error {
 	return nil
 }
 
-const usage = `usage: gozt bench [--quick] [--scenario NAME]... [--json FILE] [--out DIR] [--list]
+const usage = `usage: gozt-bench [--quick] [--scenario NAME]... [--json FILE] [--out DIR] [--list]
 
 Runs each scenario side by side with its baselines in one run (interleaved,
 repeated, medians), then writes DIR/<date>.json, .md and .svg and copies
@@ -96,8 +96,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	return o, nil
 }
 
-// Run is `gozt bench`: it runs the selected scenarios and writes the
-// report. With a leading `--role NAME` it instead runs one process of a
+// Run is `gozt bench` (cmd/gozt-bench's main): it runs the selected
+// scenarios and writes the report. With a leading `--role NAME` it instead runs one process of a
 // benchmark setup; the harness starts those itself by re-running its own
 // executable as `<exe> bench --role NAME ...`, so the caller must pass
 // every argument after "bench" through unchanged.

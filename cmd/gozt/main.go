@@ -4,8 +4,11 @@
 //	gozt local [--config FILE] [--ca-dir DIR]   a whole mesh on one machine
 //	gozt explain --config-dump FILE --src IP --dst IP:PORT   explain an authorization decision offline
 //	gozt proxy [ztunnel]                        the node proxy, configured like ztunnel by env vars
-//	gozt bench [--quick]                        benchmarks, as ratios against baselines measured in the same run
 //	gozt version                                print the version
+//
+// The benchmark harness is a binary of its own, cmd/gozt-bench (make
+// bench), so that this one links neither it nor the fake istiod it runs;
+// `gozt bench` says so and exits 2.
 package main
 
 import (
@@ -25,7 +28,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gozt/gozt/bench"
 	"github.com/gozt/gozt/cmd/gozt/internal/admin"
 	"github.com/gozt/gozt/cmd/gozt/internal/envconfig"
 	"github.com/gozt/gozt/cmd/gozt/internal/explain"
@@ -37,15 +39,23 @@ import (
 func main() {
 	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		printError(os.Stderr, os.Getenv("LOG_FORMAT"), err)
-		os.Exit(1)
+		os.Exit(exitCode(err))
 	}
+}
+
+// exitCode is the process's exit status for run's error: 2 for a command
+// that is not this binary's (errBenchMoved), 1 for any other failure.
+func exitCode(err error) int {
+	if errors.Is(err, errBenchMoved) {
+		return 2
+	}
+	return 1
 }
 
 const usage = `usage: gozt <command> [flags]
 
 commands:
   local     run a whole mesh on this machine (see README)
-  bench     measure gozt side by side with its baselines (gozt bench --quick)
   explain   explain an authorization decision from a saved /config_dump
             (gozt explain --config-dump FILE --src IP[:PORT] [--identity SPIFFE] --dst IP:PORT)
   proxy     run as the node proxy of an Istio ambient cluster, configured by
@@ -55,7 +65,10 @@ commands:
   help      print this help
 `
 
-var errUsage = errors.New("unknown command (try `gozt help`)")
+var (
+	errUsage      = errors.New("unknown command (try `gozt help`)")
+	errBenchMoved = errors.New("the benchmarks moved to their own binary: go run ./cmd/gozt-bench [flags] (or make bench)")
+)
 
 func run(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
@@ -66,9 +79,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	case "local":
 		return runLocal(args[1:], stdout, stderr)
 	case "bench":
-		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-		defer stop()
-		return bench.Run(ctx, args[1:], stdout, stderr)
+		return errBenchMoved
 	case "explain":
 		err := explain.Run(args[1:], stdout, stderr)
 		if errors.Is(err, flag.ErrHelp) {

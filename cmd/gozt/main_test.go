@@ -48,6 +48,25 @@ func TestRunCommands(t *testing.T) {
 	}
 }
 
+// TestBenchMoved checks that the node binary no longer offers the
+// benchmarks but says where they went, with exit status 2.
+func TestBenchMoved(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if err := run([]string{"help"}, &out, &errOut); err != nil || strings.Contains(out.String(), "bench") {
+		t.Errorf("run(help) = %v, %q; want the usage without bench", err, out.String())
+	}
+	err := run([]string{"bench", "--quick"}, &out, &errOut)
+	if !errors.Is(err, errBenchMoved) || !strings.Contains(err.Error(), "go run ./cmd/gozt-bench") {
+		t.Errorf("run(bench --quick) = %v, want %v", err, errBenchMoved)
+	}
+	if got := exitCode(err); got != 2 {
+		t.Errorf("exitCode(%v) = %d, want 2", err, got)
+	}
+	if got := exitCode(errUsage); got != 1 {
+		t.Errorf("exitCode(%v) = %d, want 1", errUsage, got)
+	}
+}
+
 func TestDrainDeadline(t *testing.T) {
 	for _, tc := range []struct {
 		deadline, grace string

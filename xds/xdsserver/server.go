@@ -20,8 +20,8 @@
 // type URL, undecodable payload).
 //
 // Errors are returned, never reported through a testing.TB: the package
-// imports no testing, so that bench (the harness behind `gozt bench`) can run
-// it inside the binary. Tests use xds/xdstest, a testing.TB wrapper that
+// imports no testing, so that bench (the harness behind `gozt bench`,
+// cmd/gozt-bench) can run it inside its binary. Tests use xds/xdstest, a testing.TB wrapper that
 // stops the server when the test ends.
 //
 // Typical use:
