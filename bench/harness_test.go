@@ -19,8 +19,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/gozt/gozt/internal/workers"
-	"github.com/gozt/gozt/state"
 	"github.com/gozt/gozt/rbac"
+	"github.com/gozt/gozt/state"
 )
 
 // tcpPair returns the two ends of a loopback TCP connection (net.Pipe has

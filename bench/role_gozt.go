@@ -19,8 +19,8 @@ import (
 	"github.com/gozt/gozt/internal/runner"
 	"github.com/gozt/gozt/proxy"
 	"github.com/gozt/gozt/proxy/inpod"
-	"github.com/gozt/gozt/state"
 	"github.com/gozt/gozt/rbac"
+	"github.com/gozt/gozt/state"
 	"github.com/gozt/gozt/xds"
 )
 

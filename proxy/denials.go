@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/gozt/gozt/proxy/connmgr"
-	"github.com/gozt/gozt/state"
 	"github.com/gozt/gozt/rbac"
+	"github.com/gozt/gozt/state"
 )
 
 // Denial is one connection that authorization refused, for the admin live

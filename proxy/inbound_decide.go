@@ -7,8 +7,8 @@ import (
 	"slices"
 
 	"github.com/gozt/gozt/certs/identity"
-	"github.com/gozt/gozt/state"
 	"github.com/gozt/gozt/rbac"
+	"github.com/gozt/gozt/state"
 )
 
 // This file holds the pure inbound HBONE decision (SPEC §2.4 steps 1–6): no

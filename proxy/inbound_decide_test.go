@@ -11,8 +11,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gozt/gozt/certs/identity"
-	"github.com/gozt/gozt/state"
 	"github.com/gozt/gozt/rbac"
+	"github.com/gozt/gozt/state"
 )
 
 // The inbound mesh: a server with a service, a waypoint (dual-stack, behind

@@ -5,8 +5,8 @@ import (
 	"math/rand/v2"
 	"net/netip"
 
-	"github.com/gozt/gozt/state"
 	"github.com/gozt/gozt/rbac"
+	"github.com/gozt/gozt/state"
 )
 
 // gen makes random values in the form the *FromProto functions return them

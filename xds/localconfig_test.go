@@ -12,8 +12,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
-	"github.com/gozt/gozt/state"
 	"github.com/gozt/gozt/rbac"
+	"github.com/gozt/gozt/state"
 )
 
 var cmpOpts = cmpopts.EquateComparable(netip.Addr{}, netip.Prefix{})

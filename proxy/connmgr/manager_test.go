@@ -19,8 +19,8 @@ import (
 
 	"github.com/gozt/gozt/certs/identity"
 	"github.com/gozt/gozt/proxy/connmgr"
-	"github.com/gozt/gozt/state"
 	"github.com/gozt/gozt/rbac"
+	"github.com/gozt/gozt/state"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

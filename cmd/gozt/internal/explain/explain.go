@@ -20,8 +20,8 @@ import (
 	"net/netip"
 	"strings"
 
-	"github.com/gozt/gozt/state"
 	"github.com/gozt/gozt/rbac"
+	"github.com/gozt/gozt/state"
 )
 
 // ErrNoWorkload is wrapped by Explain's error when no workload has the

@@ -14,8 +14,8 @@ import (
 
 	"github.com/gozt/gozt/certs/identity"
 	"github.com/gozt/gozt/cmd/gozt/internal/explain"
-	"github.com/gozt/gozt/state"
 	"github.com/gozt/gozt/rbac"
+	"github.com/gozt/gozt/state"
 )
 
 const (

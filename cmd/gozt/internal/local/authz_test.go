@@ -14,8 +14,8 @@ import (
 
 	"golang.org/x/net/http2"
 
-	"github.com/gozt/gozt/state"
 	"github.com/gozt/gozt/rbac"
+	"github.com/gozt/gozt/state"
 )
 
 // denyClient8080 denies the client's identity on port 8080 in namespace demo.
