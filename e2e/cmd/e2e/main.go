@@ -5,6 +5,7 @@
 //	gozt-e2e up -repo DIR      bring the cluster up (tearing down any previous one first)
 //	gozt-e2e down -repo DIR    tear it down
 //	gozt-e2e logs -repo DIR    print the tail of every component's log and the events
+//	gozt-e2e node -repo DIR    the node: containerd and the kubelet in a PID namespace (run by up)
 //	gozt-e2e dns ...           the cluster's DNS server (run by up)
 package main
 
@@ -69,6 +70,8 @@ Tear it down with: make e2e-down
 		err = c.Down(ctx)
 	case "logs":
 		c.Logs(ctx, os.Stdout, *lines)
+	case "node":
+		err = c.RunNode(ctx)
 	case "dns":
 		err = cluster.ServeDNS(ctx, *kubeconfig, *addr)
 	default:

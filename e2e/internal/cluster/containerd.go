@@ -74,22 +74,23 @@ state = "%[2]s/containerd/state"
         SystemdCgroup = false
 `
 
-func (c *Config) startContainerd(ctx context.Context) error {
-	dir := filepath.Join(RunDir, "containerd")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
+// containerdCommand writes containerd's config and returns its command.
+func (c *Config) containerdCommand() (nodeProc, error) {
+	if err := os.MkdirAll(filepath.Join(RunDir, "containerd"), 0o755); err != nil {
+		return nodeProc{}, err
 	}
 	cfg := filepath.Join(StateDir, "containerd.toml")
 	text := fmt.Sprintf(containerdConfig, StateDir, RunDir, containerdSock(), PauseImage, cniBinDir(), cniConfDir())
 	if err := os.WriteFile(cfg, []byte(text), 0o644); err != nil {
-		return err
+		return nodeProc{}, err
 	}
-	if err := c.start("containerd", "/usr/bin/containerd", []string{"--config", cfg}, nil); err != nil {
-		return err
-	}
+	return nodeProc{Name: "containerd", Bin: "/usr/bin/containerd", Args: []string{"--config", cfg}}, nil
+}
+
+func (c *Config) waitContainerd(ctx context.Context) error {
 	return waitFor(ctx, "containerd", time.Minute, func() (bool, error) {
-		if !running("containerd") {
-			return false, fmt.Errorf("containerd exited (see %s)", filepath.Join(c.LogDir(), "containerd.log"))
+		if !running("node") {
+			return false, fmt.Errorf("the node exited (see %s)", filepath.Join(c.LogDir(), "node.log"))
 		}
 		return exec.CommandContext(ctx, "ctr", "--address", containerdSock(), "version").Run() == nil, nil
 	})

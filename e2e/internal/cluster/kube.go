@@ -47,6 +47,8 @@ func (c *Config) startAPIServer(ctx context.Context, nodeIP string) error {
 		"--tls-cert-file=" + p("apiserver.crt"), "--tls-private-key-file=" + p("apiserver.key"),
 		"--kubelet-client-certificate=" + p("apiserver-kubelet-client.crt"),
 		"--kubelet-client-key=" + p("apiserver-kubelet-client.key"),
+		// The node's name does not resolve on this machine.
+		"--kubelet-preferred-address-types=InternalIP,Hostname",
 		"--service-account-issuer=https://kubernetes.default.svc." + ClusterDomain,
 		"--service-account-key-file=" + p("sa.pub"), "--service-account-signing-key-file=" + p("sa.key"),
 		"--profiling=false", "--v=1",
@@ -145,37 +147,40 @@ imageGCLowThresholdPercent: 99
 maxPods: 50
 `
 
-func (c *Config) startKubelet(ctx context.Context, nodeIP string) error {
+// kubeletCommand writes the kubelet's configuration and returns its
+// command.
+func (c *Config) kubeletCommand(nodeIP string) (nodeProc, error) {
 	dir := filepath.Join(StateDir, "kubelet-config")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
+		return nodeProc{}, err
 	}
 	// Pods that resolve through the host's resolver (hostNetwork with the
 	// Default policy) get the cluster's DNS server too.
 	resolv := filepath.Join(dir, "resolv.conf")
 	if err := os.WriteFile(resolv, []byte("nameserver "+nodeIP+"\n"), 0o644); err != nil {
-		return err
+		return nodeProc{}, err
 	}
 	cfg := filepath.Join(dir, "config.yaml")
 	text := fmt.Sprintf(kubeletConfig, pkiDir(), CgroupName, containerdSock(), nodeIP, ClusterDomain, resolv, podLogDir())
 	if err := os.WriteFile(cfg, []byte(text), 0o644); err != nil {
-		return err
+		return nodeProc{}, err
 	}
 	args := []string{
 		"--config=" + cfg, "--kubeconfig=" + filepath.Join(pkiDir(), "kubelet.kubeconfig"),
 		"--root-dir=" + kubeletRoot(), "--cert-dir=" + filepath.Join(StateDir, "kubelet-pki"),
 		"--hostname-override=" + NodeName, "--node-ip=" + nodeIP, "--v=1",
 	}
-	if err := c.start("kubelet", c.bin("kubelet"), args, nil); err != nil {
-		return err
-	}
+	return nodeProc{Name: "kubelet", Bin: c.bin("kubelet"), Args: args}, nil
+}
+
+func (c *Config) waitNodeReady(ctx context.Context) error {
 	cs, err := c.adminClient()
 	if err != nil {
 		return err
 	}
 	return waitFor(ctx, "node Ready", 3*time.Minute, func() (bool, error) {
-		if !running("kubelet") {
-			return false, fmt.Errorf("kubelet exited (see %s)", filepath.Join(c.LogDir(), "kubelet.log"))
+		if !running("node") {
+			return false, fmt.Errorf("the node exited (see %s)", filepath.Join(c.LogDir(), "kubelet.log"))
 		}
 		n, err := cs.CoreV1().Nodes().Get(ctx, NodeName, metav1.GetOptions{})
 		if err != nil {

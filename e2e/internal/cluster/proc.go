@@ -21,6 +21,12 @@ func pidDir() string { return filepath.Join(RunDir, "pids") }
 // session, output to LogDir/name.log, its pid recorded, and placed in the
 // cluster's cgroups so that Down finds whatever it spawns.
 func (c *Config) start(name, bin string, args []string, env []string) error {
+	return c.startWith(name, bin, args, env, 0)
+}
+
+// startWith is start with clone flags for the new process (new
+// namespaces).
+func (c *Config) startWith(name, bin string, args []string, env []string, cloneflags uintptr) error {
 	if err := os.MkdirAll(pidDir(), 0o755); err != nil {
 		return err
 	}
@@ -36,7 +42,7 @@ func (c *Config) start(name, bin string, args []string, env []string) error {
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Dir = StateDir
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Cloneflags: cloneflags}
 	fmt.Fprintf(logf, "# %s %s\n", bin, strings.Join(args, " "))
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", name, err)

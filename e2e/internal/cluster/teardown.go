@@ -18,7 +18,7 @@ import (
 
 // components in the order Up starts them; Down stops them in reverse.
 var components = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
-	"containerd", "dns", "kube-proxy", "kubelet"}
+	"node", "dns", "kube-proxy"}
 
 // Down tears the cluster down, whatever state Up left it in: it stops the
 // components, kills everything left in the cluster's cgroups (pods,
@@ -32,8 +32,8 @@ func (c *Config) Down(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	// The kubelet first, so that it restarts nothing; containerd last of
-	// the runtime, so that its shims can still report to it.
+	// The node (the kubelet and containerd, and with them every container)
+	// before the control plane.
 	for _, name := range slices.Backward(components) {
 		note(stop(name, 10*time.Second))
 	}

@@ -53,6 +53,11 @@ func (c *Config) Up(ctx context.Context, w io.Writer) error {
 	if err := c.writePKI(nodeIP); err != nil {
 		return err
 	}
+	// The kubeconfig goes out first, so that a cluster that fails to come
+	// up can be looked at.
+	if err := c.writeUserFiles(); err != nil {
+		return err
+	}
 	done = step("start etcd and the control plane")
 	if err := c.startEtcd(ctx); err != nil {
 		return err
@@ -64,28 +69,39 @@ func (c *Config) Up(ctx context.Context, w io.Writer) error {
 		return err
 	}
 	done()
-	done = step("start containerd and import images")
+	done = step("start the node (containerd, kubelet) and import images")
 	if err := setupCNI(); err != nil {
 		return err
 	}
 	if err := addGuard(ctx); err != nil {
 		return err
 	}
-	if err := c.startContainerd(ctx); err != nil {
+	ctrd, err := c.containerdCommand()
+	if err != nil {
+		return err
+	}
+	kubelet, err := c.kubeletCommand(nodeIP)
+	if err != nil {
+		return err
+	}
+	if err := c.startNode([]nodeProc{ctrd, kubelet}); err != nil {
+		return err
+	}
+	if err := c.waitContainerd(ctx); err != nil {
 		return err
 	}
 	if err := c.importImages(ctx, goztRef); err != nil {
 		return err
 	}
 	done()
-	done = step("start the DNS server, kube-proxy and the kubelet")
+	done = step("start the DNS server and kube-proxy; wait for the node")
 	if err := c.startDNS(nodeIP); err != nil {
 		return err
 	}
 	if err := c.startKubeProxy(ctx); err != nil {
 		return err
 	}
-	if err := c.startKubelet(ctx, nodeIP); err != nil {
+	if err := c.waitNodeReady(ctx); err != nil {
 		return err
 	}
 	done()
@@ -104,7 +120,7 @@ func (c *Config) Up(ctx context.Context, w io.Writer) error {
 		return err
 	}
 	done()
-	return c.writeUserFiles()
+	return nil
 }
 
 // waitIstioReady waits until istiod's, istio-cni's and ztunnel's (gozt's)
