@@ -12,8 +12,10 @@ import (
 )
 
 // debPackages are what the cluster needs from Debian: the runtime, the CNI
-// plugins, and the tools kube-proxy, the kubelet and teardown run.
-var debPackages = []string{"containerd", "runc", "containernetworking-plugins", "iptables", "conntrack", "iproute2", "mount"}
+// plugins, and the tools kube-proxy, the kubelet and teardown run (ipset
+// removes the sets istio-cni's node agent makes in the host's network
+// namespace).
+var debPackages = []string{"containerd", "runc", "containernetworking-plugins", "iptables", "ipset", "conntrack", "iproute2", "mount"}
 
 // debianCNIDir is where Debian's containernetworking-plugins installs.
 const debianCNIDir = "/usr/lib/cni"

@@ -42,6 +42,7 @@ func (c *Config) Down(ctx context.Context) error {
 	note(umountErr)
 	note(removeNetns())
 	note(cleanIptables(ctx))
+	note(destroyIpsets(ctx))
 	if linkExists(BridgeName) {
 		note(run(ctx, "ip", "link", "del", BridgeName))
 	}
@@ -244,4 +245,24 @@ func iptablesSave(tool string) (string, error) {
 
 func containsLine(text, sub string) bool {
 	return strings.Contains(text, sub)
+}
+
+// istioIpsets are the sets istio-cni's node agent makes in the host's
+// network namespace for ambient pods' health probes.
+var istioIpsets = []string{"istio-inpod-probes-v4", "istio-inpod-probes-v6"}
+
+// destroyIpsets removes istioIpsets from the host's network namespace
+// (after the iptables rules that name them).
+func destroyIpsets(ctx context.Context) error {
+	if _, err := exec.LookPath("ipset"); err != nil {
+		return nil
+	}
+	var errs []error
+	for _, name := range istioIpsets {
+		if exec.CommandContext(ctx, "ipset", "list", "-n", name).Run() != nil {
+			continue // not there
+		}
+		errs = append(errs, run(ctx, "ipset", "destroy", name))
+	}
+	return errors.Join(errs...)
 }
