@@ -93,7 +93,7 @@ e2e-build: image ## build the e2e cluster's binaries and images (bin/e2e)
 e2e: e2e-build ## bring the cluster up, run the scenarios, tear it down (root)
 	@rc=0; \
 	$(E2E) up $(E2E_FLAGS) && \
-	(cd e2e && CGO_ENABLED=0 GOZT_E2E_KUBECONFIG=$(CURDIR)/bin/e2e/kubeconfig $(GO) test -trimpath -count=1 $(E2E_TESTFLAGS) .) || rc=$$?; \
+	(cd e2e && CGO_ENABLED=0 GOZT_E2E_KUBECONFIG=$(CURDIR)/bin/e2e/kubeconfig $(GO) test -trimpath -count=1 $(E2E_TESTFLAGS) ./...) || rc=$$?; \
 	if [ $$rc -ne 0 ]; then $(E2E) logs $(E2E_FLAGS); fi; \
 	$(E2E) down $(E2E_FLAGS) || rc=1; \
 	exit $$rc
