@@ -161,6 +161,9 @@ func cleanIptables(ctx context.Context) error {
 		if _, err := exec.LookPath(tool); err != nil {
 			continue
 		}
+		if strings.HasSuffix(tool, "-legacy") && !legacyTablesLoaded(tool) {
+			continue // listing them would load them, and then every iptables warns
+		}
 		for _, table := range []string{"filter", "nat", "mangle", "raw"} {
 			if err := cleanTable(ctx, tool, table); err != nil {
 				errs = append(errs, err)
@@ -168,6 +171,17 @@ func cleanIptables(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// legacyTablesLoaded reports whether the kernel has any legacy (x_tables)
+// table for tool's family.
+func legacyTablesLoaded(tool string) bool {
+	f := "/proc/net/ip_tables_names"
+	if strings.HasPrefix(tool, "ip6") {
+		f = "/proc/net/ip6_tables_names"
+	}
+	b, err := os.ReadFile(f)
+	return err == nil && len(strings.TrimSpace(string(b))) > 0
 }
 
 func cleanTable(ctx context.Context, tool, table string) error {
