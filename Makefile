@@ -8,7 +8,7 @@ PKGS ?= ./...
 GOTOOLCHAIN ?= auto
 export GOTOOLCHAIN
 
-.PHONY: all build run test test-deps check fmt vet staticcheck vulncheck bench bench-quick bench-deps image fuzz soak
+.PHONY: all build run test test-deps check fmt vet staticcheck vulncheck bench bench-quick bench-deps image fuzz soak e2e e2e-build e2e-up e2e-down
 
 all: build
 
@@ -75,3 +75,31 @@ soak: test-deps ## the long soak and churn (TESTPLAN L1, L2): SOAK_CONNS, SOAK_B
 
 gobench: ## every Go benchmark once (what CI's tests also compile)
 	$(GO) test -run '^$$' -bench . -benchtime 1x $(PKGS)
+
+# The real-cluster test (as root): a single-node Kubernetes built from the
+# upstream modules pinned in e2e/k8s/go.mod, Debian's containerd, Istio's
+# istiod and istio-cni from the istio.io/istio version go.mod pins, and gozt
+# installed as ztunnel by Istio's chart with deploy/ztunnel-values.yaml. See
+# e2e/README.md. make e2e tears the cluster down whether the scenarios pass
+# or fail, and prints every component's log when they fail.
+E2E = bin/e2e/gozt-e2e
+E2E_FLAGS = -repo $(CURDIR)
+E2E_TESTFLAGS ?= -v -timeout 30m
+
+e2e-build: image ## build the e2e cluster's binaries and images (bin/e2e)
+	cd e2e && CGO_ENABLED=0 $(GO) build -trimpath -o ../$(E2E) ./cmd/e2e
+	$(E2E) build $(E2E_FLAGS)
+
+e2e: e2e-build ## bring the cluster up, run the scenarios, tear it down (root)
+	@rc=0; \
+	$(E2E) up $(E2E_FLAGS) && \
+	(cd e2e && CGO_ENABLED=0 GOZT_E2E_KUBECONFIG=$(CURDIR)/bin/e2e/kubeconfig $(GO) test -trimpath -count=1 $(E2E_TESTFLAGS) ./...) || rc=$$?; \
+	if [ $$rc -ne 0 ]; then $(E2E) logs $(E2E_FLAGS); fi; \
+	$(E2E) down $(E2E_FLAGS) || rc=1; \
+	exit $$rc
+
+e2e-up: e2e-build ## bring the cluster up and leave it running: bin/e2e/kubeconfig, kubectl, istioctl
+	$(E2E) up $(E2E_FLAGS)
+
+e2e-down: ## tear down what e2e-up left running
+	@if [ -x $(E2E) ]; then $(E2E) down $(E2E_FLAGS); else cd e2e && $(GO) run ./cmd/e2e down $(E2E_FLAGS); fi
