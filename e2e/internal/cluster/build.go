@@ -46,7 +46,12 @@ func versionFlags(pkgs []string, vars map[string]string) string {
 // and Istio builds side by side, as two go commands share two cores better
 // than one does across their link steps) and then the image archives.
 // `go build` skips what is up to date, so a second Build only checks.
+// The Debian packages come first: the istio-cni image carries the host's
+// iptables.
 func (c *Config) Build(ctx context.Context, logf func(string, ...any)) error {
+	if err := installPackages(ctx); err != nil {
+		return err
+	}
 	e2eDir := filepath.Join(c.Repo, "e2e")
 	if err := os.MkdirAll(c.BinDir(), 0o755); err != nil {
 		return err
