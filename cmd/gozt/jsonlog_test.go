@@ -6,7 +6,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -67,39 +66,14 @@ func TestJSONLogsOnly(t *testing.T) {
 func runProxyUntilBanner(t *testing.T, bin string, env []string) (stdout, stderr string) {
 	t.Helper()
 	ns := nstest.NewNetns(t)
-	cmd := exec.Command("ip", "netns", "exec", ns, bin, "proxy")
-	cmd.Env = append(os.Environ(), env...)
-	var out, errOut syncbuf.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		select {
-		case <-exited:
-		case <-time.After(5 * time.Second):
-		}
-	})
-	for start := time.Now(); !strings.Contains(out.String()+errOut.String(), "gozt proxy"); time.Sleep(20 * time.Millisecond) {
+	p := startInNetns(t, ns, bin, env, "proxy")
+	for start := time.Now(); !strings.Contains(p.stdout.String()+p.stderr.String(), "gozt proxy"); time.Sleep(20 * time.Millisecond) {
 		if time.Since(start) > 20*time.Second {
-			t.Fatalf("no start-up banner within 20s\nstdout:\n%s\nstderr:\n%s", &out, &errOut)
+			t.Fatalf("no start-up banner within 20s\nstdout:\n%s\nstderr:\n%s", &p.stdout, &p.stderr)
 		}
 	}
-	cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-exited:
-		exited <- err
-		if err != nil {
-			t.Errorf("gozt exited with %v after SIGTERM, want status 0\nstderr:\n%s", err, &errOut)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatalf("gozt did not exit within 15s of SIGTERM\nstderr:\n%s", &errOut)
-	}
-	return out.String(), errOut.String()
+	p.stop(t)
+	return p.stdout.String(), p.stderr.String()
 }
 
 // checkJSONLines fails t for every line of stdout or stderr that is not a

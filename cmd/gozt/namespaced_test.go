@@ -1,7 +1,7 @@
 package main
 
 import (
-	"bytes"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gozt/gozt/internal/nstest"
+	"github.com/gozt/gozt/internal/syncbuf"
 )
 
 // TestLocalDemoWithCapture runs the gozt binary's demo mesh in its own
@@ -26,22 +27,8 @@ func TestLocalDemoWithCapture(t *testing.T) {
 	nstest.Run(t, "ip", "netns", "exec", ns, "iptables", "-t", "nat", "-A", "OUTPUT", "-p", "tcp",
 		"-d", "127.10.0.1", "--dport", "80", "-j", "DNAT", "--to-destination", "127.0.0.2:15001")
 
-	var stdout, stderr bytes.Buffer
-	cmd := exec.Command("ip", "netns", "exec", ns, bin, "local")
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		select {
-		case <-exited:
-		case <-time.After(5 * time.Second):
-		}
-	})
+	p := startInNetns(t, ns, bin, nil, "local")
+	stdout, stderr := &p.stdout, &p.stderr
 
 	curl := func(args ...string) (string, error) {
 		full := append([]string{"netns", "exec", ns, "curl", "-sS", "--max-time", "5"}, args...)
@@ -55,7 +42,7 @@ func TestLocalDemoWithCapture(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("gozt never became ready: %v %s\nstdout:\n%s\nstderr:\n%s", err, out, &stdout, &stderr)
+			t.Fatalf("gozt never became ready: %v %s\nstdout:\n%s\nstderr:\n%s", err, out, stdout, stderr)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -75,20 +62,12 @@ func TestLocalDemoWithCapture(t *testing.T) {
 		t.Errorf("metrics do not show the connections:\n%s", metrics)
 	}
 
-	cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Errorf("gozt exited with %v after SIGTERM, want status 0\nstderr:\n%s", err, &stderr)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("gozt did not exit within 15s of SIGTERM")
-	}
+	p.stop(t)
 	if !strings.Contains(stdout.String(), "curl --socks5 127.0.0.2:15080 http://127.0.0.3:8080/") {
-		t.Errorf("start-up banner lacks the curl command:\n%s", &stdout)
+		t.Errorf("start-up banner lacks the curl command:\n%s", stdout)
 	}
 	if !strings.Contains(stderr.String(), "connection complete") {
-		t.Errorf("no access-log line in the logs:\n%s", &stderr)
+		t.Errorf("no access-log line in the logs:\n%s", stderr)
 	}
 }
 
@@ -107,4 +86,50 @@ func hasMetric(metrics, name string, labels ...string) bool {
 		}
 	}
 	return false
+}
+
+// netnsProc is the gozt binary running in a network namespace; it is killed
+// at the test's end if still running.
+type netnsProc struct {
+	cmd            *exec.Cmd
+	exited         chan error // Wait's result, put back once read
+	stdout, stderr syncbuf.Buffer
+}
+
+// startInNetns starts bin with args in network namespace ns, with env
+// added to the test's environment.
+func startInNetns(t *testing.T, ns, bin string, env []string, args ...string) *netnsProc {
+	t.Helper()
+	p := &netnsProc{cmd: exec.Command("ip", append([]string{"netns", "exec", ns, bin}, args...)...), exited: make(chan error, 1)}
+	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.exited <- p.cmd.Wait() }()
+	t.Cleanup(func() {
+		p.cmd.Process.Kill()
+		select {
+		case <-p.exited:
+		case <-time.After(5 * time.Second):
+		}
+	})
+	return p
+}
+
+// stop sends SIGTERM and fails t unless the process exits with status 0
+// within 15 s.
+func (p *netnsProc) stop(t *testing.T) {
+	t.Helper()
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-p.exited:
+		p.exited <- err
+		if err != nil {
+			t.Errorf("gozt exited with %v after SIGTERM, want status 0\nstderr:\n%s", err, &p.stderr)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("gozt did not exit within 15s of SIGTERM\nstderr:\n%s", &p.stderr)
+	}
 }
