@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -388,7 +387,7 @@ func TestSharedModeZDS(t *testing.T) {
 	if err := ping(live); err != nil {
 		t.Fatal(err)
 	}
-	dump := configDump(t, n1)
+	dump := dumpAt(t, n1.Node)
 	for _, uid := range []string{"uid-a", "uid-c", "uid-e"} {
 		if st := dump.WorkloadState[uid].State; st != "Up" {
 			t.Errorf("workloadState[%s].state = %q, want Up", uid, st)
@@ -419,7 +418,7 @@ func TestSharedModeZDS(t *testing.T) {
 	if err := ping(live); err != nil {
 		t.Fatalf("open connection across the reconnect: %v", err)
 	}
-	if _, ok := configDump(t, n1).WorkloadState["uid-e"]; ok {
+	if _, ok := dumpAt(t, n1.Node).WorkloadState["uid-e"]; ok {
 		t.Error("pod E, missing from the new snapshot, is still in workloadState")
 	}
 	before := appE.count()
@@ -454,16 +453,6 @@ func TestSharedModeZDS(t *testing.T) {
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
-}
-
-func configDump(t *testing.T, n *sharedNode) dumpJSON {
-	t.Helper()
-	var d dumpJSON
-	body := get(t, "http://"+n.AdminAddr().String()+"/config_dump")
-	if err := json.Unmarshal([]byte(body), &d); err != nil {
-		t.Fatalf("config_dump: %v", err)
-	}
-	return d
 }
 
 // TestSocketsStayInTheirNetns: sockets made for many pods from many
