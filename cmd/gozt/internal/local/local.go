@@ -128,7 +128,7 @@ func Start(ctx context.Context, opts Options) (m *Mesh, err error) {
 	m.certs = certs.NewManager(certs.ManagerConfig{Issuer: m.ca, Logger: m.log.With("scope", "certs")})
 	m.registry = prometheus.NewRegistry()
 	m.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m.registry.MustRegister(admin.BuildInfo("unknown"))
+	m.registry.MustRegister(admin.BuildInfo("unknown"), admin.NewCertExpiry(m.certs.States))
 	// Local mode runs no xDS client and no workload manager; their series
 	// read 0 so that every dashboard panel shows 0, not "No data".
 	if err := xds.RegisterMetrics(m.registry); err != nil {

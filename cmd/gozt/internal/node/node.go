@@ -236,6 +236,7 @@ func (n *Node) buildControlPlane() error {
 	}
 	n.crl = n.loadCRL()
 	n.certs = certs.NewManager(certs.ManagerConfig{Issuer: n.ca, Logger: n.log.With("scope", "certs"), CRL: n.crl})
+	n.registry.MustRegister(admin.NewCertExpiry(n.certs.States))
 	if env.XDSAddress == "" {
 		n.ready.Unblock(blockState)
 		return nil
