@@ -48,6 +48,7 @@ func newTestStore(t testing.TB) *state.Store {
 		{Name: "headless", Namespace: "ns1", Hostname: "headless.ns1.svc.cluster.local"},
 		{Name: "headless4", Namespace: "ns1", Hostname: "headless4.ns1.svc.cluster.local", IPFamilies: state.FamiliesIPv4Only},
 		{Name: "v4only", Namespace: "ns1", Hostname: "v4only.ns1.svc.cluster.local", VIPs: vip("10.0.0.6")},
+		{Name: "v6only", Namespace: "ns1", Hostname: "v6only.ns1.svc.cluster.local", VIPs: vip("fd00::6")},
 		{Name: "se", Namespace: "ns1", Hostname: "se.example.com", VIPs: vip("10.0.0.7")},
 		{Name: "novip", Namespace: "ns1", Hostname: "novip.example.org"},
 		{Name: "pod", Namespace: "ns1", Hostname: "db-0.db.ns1.svc.cluster.local", VIPs: vip("10.0.0.8")},
@@ -118,8 +119,9 @@ type upstream struct {
 }
 
 // upstreamHandler answers like a recursive resolver that knows a few
-// names: outside.example.com A 192.0.2.1, TXT records for any name, and
-// big.example.com (50 A records, truncated over UDP); NXDOMAIN otherwise.
+// names: outside.example.com A 192.0.2.1, v6.example.com AAAA 2001:db8::1
+// (and no A), TXT records for any name, and big.example.com (50 A records,
+// truncated over UDP); NXDOMAIN otherwise.
 func (u *upstream) handler(network string) dns.HandlerFunc {
 	return func(w dns.ResponseWriter, req *dns.Msg) {
 		q := req.Question[0]
@@ -132,6 +134,11 @@ func (u *upstream) handler(network string) dns.HandlerFunc {
 			resp.Answer = append(resp.Answer, &dns.TXT{Hdr: hdr, Txt: []string{"from upstream"}})
 		case q.Name == "outside.example.com." && q.Qtype == dns.TypeA:
 			resp.Answer = append(resp.Answer, &dns.A{Hdr: hdr, A: net.IPv4(192, 0, 2, 1)})
+		case q.Name == "v6.example.com." && q.Qtype == dns.TypeAAAA:
+			resp.Answer = append(resp.Answer, &dns.AAAA{Hdr: hdr, AAAA: net.ParseIP("2001:db8::1")})
+		case q.Name == "v6.example.com.":
+			// The name exists without an address of this type: NOERROR,
+			// no answer.
 		case q.Name == "big.example.com." && network == "udp":
 			resp.Truncated = true
 		case q.Name == "big.example.com.":

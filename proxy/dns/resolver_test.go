@@ -332,6 +332,11 @@ func TestLookupIP(t *testing.T) {
 		{"svc1", false, "10.0.0.1"},
 		{"outside.example.com", false, "192.0.2.1"},
 		{"v4only.ns1.svc.cluster.local", true, ""},
+		// No A record but an AAAA: an IPv4 client gets the IPv6 address
+		// rather than a failure (ztunnel#2054; issue 39 item 5).
+		{"v6only.ns1.svc.cluster.local", false, "fd00::6"},
+		{"v6.example.com", false, "2001:db8::1"},
+		{"v6.example.com", true, "2001:db8::1"},
 		{"nothing.example.com", false, ""},
 		{"bad name..", false, ""},
 		{"", false, ""},

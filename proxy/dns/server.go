@@ -358,21 +358,35 @@ func (s *Server) dial(ctx context.Context, network string, addr netip.AddrPort) 
 
 // LookupIP resolves name for the served workload as a query from it would
 // be (SPEC §10.2: SOCKS5 domain targets): an A query, or AAAA when v6, and
-// the first address of the answer. It ends when ctx is done or the server
-// shuts down.
+// the first address of the answer; a name that exists without an A record
+// is asked for its AAAA too. It ends when ctx is done or the server shuts
+// down.
 func (s *Server) LookupIP(ctx context.Context, name string, v6 bool) (netip.Addr, error) {
 	if _, ok := dns.IsDomainName(name); !ok || name == "" {
 		return netip.Addr{}, fmt.Errorf("dns: lookup %q: not a domain name", name)
-	}
-	qtype := dns.TypeA
-	if v6 {
-		qtype = dns.TypeAAAA
 	}
 	// Shutdown ends the lookup too.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stop := context.AfterFunc(s.lifetime, cancel)
 	defer stop()
+	if v6 {
+		return s.lookupFamily(ctx, name, dns.TypeAAAA)
+	}
+	ip, err := s.lookupFamily(ctx, name, dns.TypeA)
+	if errors.Is(err, errNoAddress) {
+		// No A record but possibly an AAAA: answer over IPv6 rather
+		// than fail (gozt; ztunnel#2054 is open). An IPv6 client keeps
+		// its own family only, as in ztunnel.
+		return s.lookupFamily(ctx, name, dns.TypeAAAA)
+	}
+	return ip, err
+}
+
+// lookupFamily resolves name's first address of type qtype (A or AAAA),
+// through the same path as a query of the workload; errNoAddress means the
+// name exists without one.
+func (s *Server) lookupFamily(ctx context.Context, name string, qtype uint16) (netip.Addr, error) {
 	req := new(dns.Msg)
 	req.SetQuestion(dns.Fqdn(name), qtype)
 	resp := s.resolve(ctx, req, "udp")
