@@ -36,17 +36,6 @@ type endpointEntry struct {
 	status HealthStatus
 }
 
-// NewEndpointSet returns the set of eps, keyed by their WorkloadUID (the
-// last of several with one uid wins). The store builds its own sets; this
-// is for tests and tools that build a Service by hand.
-func NewEndpointSet(eps ...Endpoint) EndpointSet {
-	m := make(map[string]Endpoint, len(eps))
-	for _, ep := range eps {
-		m[ep.WorkloadUID] = ep
-	}
-	return freezeEndpoints(m)
-}
-
 // freezeEndpoints returns the set of m's endpoints (keyed by uid).
 func freezeEndpoints(m map[string]Endpoint) EndpointSet {
 	uids := make([]string, 0, len(m))
