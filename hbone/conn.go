@@ -118,15 +118,12 @@ type conn struct {
 // readBufSize is the size of a connection's read buffer, which frame
 // headers and small payloads are read through. A connection keeps it for
 // its whole life, idle or not, and a pooled connection carries up to 100
-// idle streams, so its size counts per idle tunnel: 4 KiB instead of 16 KiB
-// took gozt bench's idle memory at 10,000 connections from 3.40 to 3.28 KB
-// per connection outbound and from 3.83 to 3.74 KB inbound (medians of 3
-// interleaved pairs), with HBONE throughput, round trip and connect rate
-// unchanged within the runs' noise (4 and 3 pairs). Bulk DATA is read in
+// idle streams, so its size counts per idle tunnel. Bulk DATA is read in
 // chunks of 16 and 64 KiB (readPayload), and bufio.Reader.Read reads a
 // chunk at least the buffer's size straight from the connection once the
 // buffer is empty: only what a frame header's read brought along passes
 // through the buffer, so a smaller one copies less per frame, not more.
+// Measurements: bench/NOTES.md, "Why readBufSize is what it is".
 const readBufSize = 4 << 10
 
 func newConn(nc net.Conn, cfg resolved, server bool) *conn {

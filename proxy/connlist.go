@@ -116,8 +116,9 @@ func (l *liveConns) preCount(rec *connRecord, n int64) {
 }
 
 // counters returns the live byte counters of the listed connection whose
-// downstream leg is down, for relay.Start; nil when it is not listed, or when
-// both legs are TCP sockets the relay splices (see LiveConn.BytesLive).
+// downstream leg is down, for relay's Poller.Start; nil when it is not
+// listed, or when both legs are TCP sockets the relay splices (see
+// LiveConn.BytesLive).
 func (l *liveConns) counters(down, up net.Conn) (request, response *atomic.Int64) {
 	v, ok := l.legs.LoadAndDelete(down)
 	if !ok {

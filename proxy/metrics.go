@@ -329,11 +329,6 @@ type connRecord struct {
 	live             *liveConns // the list this record is on, if any
 }
 
-// open records a connection whose addresses are not known as opened.
-func (m *Metrics) open(log *slog.Logger, l trafficLabels, inbound bool) *connRecord {
-	return m.openConn(log, l, inbound, netip.AddrPort{}, netip.AddrPort{}, "")
-}
-
 // openConn records the connection from src to dst (and the CONNECT
 // authority hboneAddr, "" for none) as opened, and logs it at DEBUG (SPEC
 // §7.3).

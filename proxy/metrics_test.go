@@ -12,6 +12,11 @@ import (
 	dto "github.com/prometheus/client_model/go"
 )
 
+// open records a connection whose addresses are not known as opened.
+func (m *Metrics) open(log *slog.Logger, l trafficLabels, inbound bool) *connRecord {
+	return m.openConn(log, l, inbound, netip.AddrPort{}, netip.AddrPort{}, "")
+}
+
 // TestConnRecordSeries checks that connections with one label set share a
 // series, that a changed response flag moves the close to another series,
 // and that the counters and the access log carry the right values.

@@ -526,10 +526,11 @@ func (p *Proxy) containPanic(c net.Conn, listener string) {
 }
 
 // handOff is the one way a connection reaches the relay: it copies down to up
-// and back on relay.Start's goroutines and returns at once, so the handler's
-// goroutine, whose stack routing, dialing and TLS grew, goes back to its pool
-// (internal/workers) instead of idling for the connection's lifetime (DESIGN
-// "Making HBONE fast": an idle connection holds only a minimal goroutine).
+// and back on relay.Poller.Start's goroutines and returns at once, so the
+// handler's goroutine, whose stack routing, dialing and TLS grew, goes back
+// to its pool (internal/workers) instead of idling for the connection's
+// lifetime (DESIGN "Making HBONE fast": an idle connection holds only a
+// minimal goroutine).
 //
 // From the call on the relay owns both legs and down's tracking: the caller
 // never touches them again, and once both directions have ended the relay

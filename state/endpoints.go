@@ -15,12 +15,11 @@ import (
 // It holds no pointer per endpoint. Its uids are one string, each entry is
 // an offset into it (entries sorted by uid, so a lookup is a binary
 // search), and a port map shared by many endpoints is listed once. So a
-// collection marks a handful of objects per service. As map[string]Endpoint
-// (a uid key and an Endpoint's uid and port map: three pointers per
-// endpoint) the endpoints of a 100,000-workload store cost about 10 ms of
-// mark CPU per collection, 40% of the whole store's (BenchmarkStoreMark100k,
-// 2026-12-02), and every collection during a push stalls live connections
-// (bench/NOTES.md).
+// collection, which during a push stalls live connections, marks a handful
+// of objects per service, not three pointers per endpoint as a
+// map[string]Endpoint would (a uid key and an Endpoint's uid and port map).
+// Measurements: bench/NOTES.md, "Why EndpointSet holds no pointer per
+// endpoint".
 type EndpointSet struct{ t *endpointTable }
 
 type endpointTable struct {
@@ -34,17 +33,6 @@ type endpointEntry struct {
 	off, n uint32
 	ports  uint32 // index in ports
 	status HealthStatus
-}
-
-// NewEndpointSet returns the set of eps, keyed by their WorkloadUID (the
-// last of several with one uid wins). The store builds its own sets; this
-// is for tests and tools that build a Service by hand.
-func NewEndpointSet(eps ...Endpoint) EndpointSet {
-	m := make(map[string]Endpoint, len(eps))
-	for _, ep := range eps {
-		m[ep.WorkloadUID] = ep
-	}
-	return freezeEndpoints(m)
 }
 
 // freezeEndpoints returns the set of m's endpoints (keyed by uid).

@@ -17,6 +17,17 @@ var cmpOpts = cmpopts.EquateComparable(netip.Addr{}, netip.Prefix{})
 
 func ip(s string) netip.Addr { return netip.MustParseAddr(s) }
 
+// NewEndpointSet returns the set of eps, keyed by their WorkloadUID (the
+// last of several with one uid wins). The store builds its own sets; this
+// is for tests that build a Service by hand.
+func NewEndpointSet(eps ...Endpoint) EndpointSet {
+	m := make(map[string]Endpoint, len(eps))
+	for _, ep := range eps {
+		m[ep.WorkloadUID] = ep
+	}
+	return freezeEndpoints(m)
+}
+
 func vip(network, s string) NetworkAddress { return NetworkAddress{network, ip(s)} }
 
 func cidr(network, s string) NetworkPrefix { return NetworkPrefix{network, netip.MustParsePrefix(s)} }

@@ -57,11 +57,9 @@ func (pc *pushCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	r := pc.relax(data.Len())
 	// A large push's unmarshal is a CPU-bound run of tens of milliseconds,
 	// like its decoding and applying (client_apply.go): it runs on a
-	// low-priority thread too, so that data-path threads go first. In
-	// BenchmarkNetDuringPush100k (2 cores, 7 interleaved runs each) the
-	// longest round trip during a push went from 9.2–14.9 ms (median 10.2)
-	// to 5.7–14.3 ms (median 6.9), measured before lowSlice; 2.7–17 ms in
-	// an equally long window right after the push.
+	// low-priority thread too, so that data-path threads go first
+	// (measurements: bench/NOTES.md, "Why a large push runs at low
+	// priority").
 	var err error
 	runLowPriority(func() { err = pc.proto.Unmarshal(data, v) })
 	if err != nil {

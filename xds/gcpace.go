@@ -7,28 +7,12 @@ import (
 	"sync"
 )
 
-// A large push allocates over a kilobyte per resource while it is decoded,
-// converted and applied (about 3.5 KB before the fast workload decoder of
-// decode_fast.go, 1.3 KB since: 134 MB for 100,000 workloads in
-// BenchmarkApplyPush100k), and with Go's default
-// GOGC every few tens of megabytes start a garbage collection that marks the
-// whole store again. On a small node the collector's mark worker then holds
-// a processor that a relay goroutine is waiting for: in gozt bench's xds-push
-// scenario the longest stall of a live connection was 20.6–28.4 ms at
-// GOGC=100 and 8.6–16 ms with GOGC=400 set for every process (interleaved
-// runs, 2 cores). Relaxing the collector only while the push is applied, as
-// below, took the median from 20.8 to 16.9 ms over 12 interleaved pairs.
-// With the fast decoder, the relaxed collector no longer ran while a
-// ready-made 100,000-workload response was applied; counted from the
-// unmarshal on (BenchmarkNetDuringPush100k since it goes through the codec,
-// and gozt bench's xds-push), one collection per push is left.
-//
-// That collection is most of what a live connection still
-// feels (gozt bench's xds-push: 14–19 ms with it, 5.6–7.1 ms with GOGC=off
-// in every process). Turning the collector off for the push, under the
-// same cap, was tried and not kept: the collection then ran right after
-// the push, and the stall moved with it (median 17.4 → 14.1 ms during the
-// push, about 9 → 12 ms in the window after it, 10 runs each).
+// The collector is relaxed while a large push is received and applied. A
+// push allocates over a kilobyte per resource while it is decoded,
+// converted and applied, and at Go's default GOGC every few tens of
+// megabytes start a collection that marks the whole store again; on a small
+// node its mark worker holds a processor that a relay goroutine is waiting
+// for, and live connections stall.
 //
 // So while a push of at least relaxGCMin resources is applied, the collector
 // runs as if GOGC were relaxedGCPercent, within a memory cap: the live heap
@@ -36,27 +20,21 @@ import (
 // relaxedPerResource for each resource of the push (what decoding one
 // allocates, with room: the cap must never sit below what the push needs
 // live, or the collector would run back to back), or the operator's
-// GOMEMLIMIT if lower. Both settings are restored when the push
-// is applied. A process whose GOGC is already higher (or off) is left as it
-// is. A response is relaxed by its resource count (relaxGCMin) or its wire
-// size (relaxGCMinBytes, below), so a small push of large resources is
-// relaxed too; a policy change of a few resources never is.
+// GOMEMLIMIT if lower. Both settings are restored when the push is applied.
+// A process whose GOGC is already higher (or off) is left as it is. A
+// response is relaxed by its resource count (relaxGCMin) or its wire size
+// (relaxGCMinBytes, below), so a small push of large resources is relaxed
+// too; a policy change of a few resources never is.
 //
-// gRPC unmarshals the DeltaDiscoveryResponse before the client sees it, and
-// for 100,000 workloads (27 MB on the wire) that allocates about 80 MB: a
-// copy of the wire bytes, and the resources with their payloads. One or two
-// collections used to run there, before handleResponse could relax the
-// collector. So the stream's codec (codec.go) relaxes the
-// collector already before it unmarshals a response of at least
-// relaxGCMinBytes, which is relaxGCMin resources of typicalResourceBytes,
-// and handleResponse applies the push under that same relaxation. Until
-// the resources are counted, the cap allows for one resource per
-// typicalResourceBytes of the wire size; handleResponse raises it if the
-// push has more. In BenchmarkReceivePush100k (unmarshal, then apply, from
-// a collected heap) that took the collections per push from 2 to 1, and
-// those during unmarshal from 1.2–1.4 to 0, allocating the same 216 MB;
-// the one left comes once the push has allocated GOGC=400's worth of the
-// small heap it started from.
+// The stream's codec (codec.go) relaxes the collector already before gRPC
+// unmarshals a response of at least relaxGCMinBytes, which is relaxGCMin
+// resources of typicalResourceBytes, and handleResponse applies the push
+// under that same relaxation. Until the resources are counted, the cap
+// allows for one resource per typicalResourceBytes of the wire size;
+// handleResponse raises it if the push has more.
+//
+// Measurements, and what was tried and not kept (the collector off for the
+// push): bench/NOTES.md, "Why the collector is relaxed during a push".
 const (
 	relaxGCMin         = 10_000
 	relaxedGCPercent   = 400

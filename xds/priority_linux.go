@@ -11,11 +11,8 @@ import (
 // a large push (lowPriorityMin resources or more; its unmarshal too, from
 // relaxGCMinBytes): the lowest, so that on a busy node the kernel runs
 // data-path threads first (a 100,000-workload push is about a second of
-// CPU). A small push (a policy change) runs at normal priority. Measured
-// when it was introduced (2026-11-29, before the fast decoder), with gozt
-// bench --quick --scenario xds-push, three interleaved runs each: longest
-// stall of a live connection 33–43 ms at normal priority, 24–27 ms with
-// this; the figures since are at lowSlice and in bench/NOTES.md.
+// CPU). A small push (a policy change) runs at normal priority.
+// Measurements: bench/NOTES.md, "Why a large push runs at low priority".
 const lowPriorityNice = 19
 
 // runLowPriority runs fn on an OS thread of its own whose scheduling
@@ -43,9 +40,7 @@ func runLowPriority(fn func()) {
 // ask for a shorter slice (sched_setattr's sched_runtime, 0.1–100 ms); the
 // shortest bounds that wait at 0.1 ms. It changes the thread's turns, not
 // its share of the CPU, which nice sets. Older kernels ignore the request.
-// gozt bench --quick --scenario xds-push, 8 interleaved runs each (2 cores,
-// Linux 6.18): longest stall of a live connection 12.8–24.7 ms (median
-// 15.5) with the default slice, 10.0–19.2 ms (median 13.0) with this.
+// Measurements: bench/NOTES.md, "Why a large push runs at low priority".
 const lowSlice = 100 * time.Microsecond
 
 // lowerThreadPriority gives the calling thread nice lowPriorityNice and the

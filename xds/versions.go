@@ -20,9 +20,8 @@ var versionHash = func(name string) uint64 { return maphash.String(versionSeed, 
 // It holds no pointer per resource: names and versions are bytes of one
 // buffer, entries are offsets into it, and the index is keyed by a 64-bit
 // hash of the name (internal/hashindex), so a garbage collection marks a
-// few objects instead of a map of 100,000 string pairs (as
-// map[string]string the table cost each collection about 3 ms more mark
-// CPU, BenchmarkVersionTableMark100k on the 2026-12-02 test machine).
+// few objects instead of a map of 100,000 string pairs (measurements:
+// bench/NOTES.md, "Why versionTable holds no pointer per resource").
 // Removed entries leave their bytes unused until more than half of the
 // buffer is unused, and then the buffer is rebuilt.
 type versionTable struct {

@@ -83,9 +83,6 @@ func (p *Pool) work(f func()) {
 	p.idle.Add(-1)
 }
 
-// Waiting reports how many workers wait for a task now.
-func (p *Pool) Waiting() int { return int(p.idle.Load()) }
-
 // IdleTop is the function at the top of a waiting worker's stack, for leak
 // checks in tests to ignore (goleak.IgnoreTopFunction): a waiting worker is
 // kept on purpose and exits after its linger. A task that never returns

@@ -9,6 +9,9 @@ import (
 	"time"
 )
 
+// Waiting reports how many workers wait for a task now.
+func (p *Pool) Waiting() int { return int(p.idle.Load()) }
+
 // eventually polls cond until it holds or a second has passed.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()

@@ -4,8 +4,6 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
-
-	"github.com/gozt/gozt/internal/workers"
 )
 
 // A Poller takes over the wait of idle connections' pulled directions, so
@@ -82,15 +80,6 @@ type parker struct {
 // until the first connection parks; Close releases them.
 func NewPoller() *Poller {
 	return &Poller{byConn: map[*net.TCPConn]*parker{}}
-}
-
-// Start is the package's Start with the idle waits of the copy's pulled
-// direction, if it has one, taken over by p (see Poller).
-func (p *Poller) Start(a, b net.Conn, aToB, bToA *atomic.Int64, done func(Result, error)) {
-	st := newCopyState(a, b, aToB, bToA)
-	st.pair.started = done
-	st.pair.poller = p
-	workers.Default.Go(st.runStarted)
 }
 
 // usable reports whether p may take waits over now.

@@ -1,14 +1,15 @@
 // Package relay copies bytes both ways between two connections: the data
 // path of every proxied connection (SPEC §2.8).
 //
-// Start copies on goroutines of its own and reports the result to a callback
-// once both directions have ended: one goroutine per direction, or, when one
-// leg is an HBONE stream and the other a *net.TCPConn, only the direction
-// from the socket, while the stream pushes its bytes by itself (see below).
-// Those goroutines' stacks stay small while the connection is idle
-// (start.go); with Poller.Start, an idle connection of the push case has no
-// goroutine at all: its TCP socket waits in the Poller's epoll set (Linux,
-// park.go), and every close of such a leg must go through the Poller.
+// Poller.Start copies on goroutines of its own and reports the result to a
+// callback once both directions have ended: one goroutine per direction, or,
+// when one leg is an HBONE stream and the other a *net.TCPConn, only the
+// direction from the socket, while the stream pushes its bytes by itself
+// (see below). Those goroutines' stacks stay small while the connection is
+// idle (start.go); with a non-nil Poller, an idle connection of the push
+// case has no goroutine at all: its TCP socket waits in the Poller's epoll
+// set (Linux, park.go), and every close of such a leg must go through the
+// Poller.
 // Each direction ends with a write-side shutdown of its destination (FIN on
 // TCP, close_notify on TLS, END_STREAM on an HBONE stream) when its source
 // reads EOF, so half-closed connections keep flowing the other way until
@@ -125,7 +126,7 @@ type pair struct {
 	wg sync.WaitGroup
 
 	// st is the copy this pair belongs to, and started the callback of a
-	// Start (start.go), or nil.
+	// Poller.Start (start.go), or nil.
 	st      *copyState
 	started func(Result, error)
 

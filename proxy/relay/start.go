@@ -45,14 +45,15 @@ import (
 // TCP socket instead runs as a chain of goroutines: each waits for the socket
 // to become readable, copies what is there, then leaves the next wait to a
 // fresh goroutine and exits. So the one goroutine an idle connection has only
-// ever waited, and has the runtime's smallest stack; Poller.Start goes
-// further and leaves an idle connection no goroutine (park.go). Only the
-// first turn runs on a reused goroutine (internal/workers), as short-lived as
-// the handler before it. Other legs are copied by one goroutine per
-// direction.
-func Start(a, b net.Conn, aToB, bToA *atomic.Int64, done func(Result, error)) {
+// ever waited, and has the runtime's smallest stack; a non-nil p goes
+// further and leaves an idle connection no goroutine (park.go), while a nil
+// p parks nothing. Only the first turn runs on a reused goroutine
+// (internal/workers), as short-lived as the handler before it. Other legs
+// are copied by one goroutine per direction.
+func (p *Poller) Start(a, b net.Conn, aToB, bToA *atomic.Int64, done func(Result, error)) {
 	st := newCopyState(a, b, aToB, bToA)
 	st.pair.started = done
+	st.pair.poller = p
 	workers.Default.Go(st.runStarted)
 }
 

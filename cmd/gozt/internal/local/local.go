@@ -325,15 +325,6 @@ func (m *Mesh) signalQuit() { m.quitOnce.Do(func() { close(m.quit) }) }
 // Quit is closed when POST /quitquitquit asks for a shutdown.
 func (m *Mesh) Quit() <-chan struct{} { return m.quit }
 
-// Store exposes the mesh state (tests push changes through it).
-func (m *Mesh) Store() *state.Store { return m.store }
-
-// CA is the built-in CA.
-func (m *Mesh) CA() *localca.CA { return m.ca }
-
-// Certs is the certificate manager.
-func (m *Mesh) Certs() *certs.Manager { return m.certs }
-
 // AdminAddr, MetricsAddr and ReadinessAddr are the bound side ports.
 func (m *Mesh) AdminAddr() net.Addr     { return m.ports.Admin.Addr() }
 func (m *Mesh) MetricsAddr() net.Addr   { return m.ports.Metrics.Addr() }

@@ -23,8 +23,11 @@ import (
 	"text/template"
 	"time"
 
+	"github.com/gozt/gozt/certs"
+	"github.com/gozt/gozt/certs/localca"
 	"github.com/gozt/gozt/internal/syncbuf"
 	"github.com/gozt/gozt/internal/workers"
+	"github.com/gozt/gozt/state"
 	"go.uber.org/goleak"
 	xproxy "golang.org/x/net/proxy"
 )
@@ -113,6 +116,15 @@ type testMesh struct {
 	vip  string
 	logs *syncbuf.Buffer // every log line of the mesh
 }
+
+// Store exposes the mesh state (tests push changes through it).
+func (m *Mesh) Store() *state.Store { return m.store }
+
+// CA is the built-in CA.
+func (m *Mesh) CA() *localca.CA { return m.ca }
+
+// Certs is the certificate manager.
+func (m *Mesh) Certs() *certs.Manager { return m.certs }
 
 // waitLog waits up to 5s for a log line containing s.
 func waitLog(t *testing.T, tm *testMesh, s string) {
