@@ -317,6 +317,30 @@ func TestFindWorkload(t *testing.T) {
 	}
 }
 
+// TestRangeWorkloadNames: every workload's names, read from its record
+// (a name that is its uid's suffix included), and none of a removed one.
+func TestRangeWorkloadNames(t *testing.T) {
+	st := NewStore(Config{})
+	a := pod("ns", "a", "10.0.0.1") // name stored as the uid's suffix
+	a.WorkloadName, a.ClusterID = "deploy-a", "c1"
+	b := pod("other", "b", "10.0.0.2")
+	b.UID = "c1//Pod/other/b-not-a-suffix"
+	gone := pod("ns", "gone", "10.0.0.3")
+	update(t, st, func(bt *Batch, must func(error)) {
+		for _, w := range []*Workload{a, b, gone} {
+			must(bt.InsertWorkload(w))
+		}
+	})
+	st.Update(func(bt *Batch) { bt.RemoveWorkload(gone.UID) })
+	var got []string
+	st.Snapshot().RangeWorkloadNames(func(namespace, name, workloadName, cluster string) {
+		got = append(got, namespace+"/"+name+"/"+workloadName+"/"+cluster)
+	})
+	if want := []string{"ns/a/deploy-a/c1", "other/b//"}; !slices.Equal(sorted(got), want) {
+		t.Errorf("RangeWorkloadNames = %q, want %q", sorted(got), want)
+	}
+}
+
 // TestSlotIndex: a key holds one slot inline and more in a slice of its
 // own, yields them in order, and keeps nothing of the slice it was set
 // from.

@@ -391,6 +391,20 @@ func (s *Snapshot) serviceByCIDR(network string, ip netip.Addr, clientNS string)
 	return best
 }
 
+// RangeWorkloadNames calls fn with the namespace, name, workload name
+// (WorkloadName, "" if unset) and cluster of every workload, in no order,
+// without building the workloads: a scan of a 100,000-workload store
+// allocates nothing. The strings are substrings of the store's records.
+func (s *Snapshot) RangeWorkloadNames(fn func(namespace, name, workloadName, cluster string)) {
+	var f [recNumStrings]string
+	for _, rec := range s.recs {
+		if rec != "" {
+			recStrings(rec, recClusterID, &f)
+			fn(f[recNamespace], f[recName], f[recWorkloadName], f[recClusterID])
+		}
+	}
+}
+
 // Workloads returns every workload sorted by uid, in a new slice. They are
 // built anew (not through the cache, which a large store would only
 // churn).

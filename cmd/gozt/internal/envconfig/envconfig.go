@@ -127,6 +127,15 @@ type Config struct {
 	// CompliancePolicy is COMPLIANCE_POLICY: "", CompliancePQC or
 	// ComplianceFIPS (the last only when Go's FIPS 140-3 mode is on).
 	CompliancePolicy string `json:"compliancePolicy"`
+	// MetricsSeriesGrace (METRICS_SERIES_GRACE, gozt only, default 5m) is
+	// how long a traffic series naming a workload gone from the store stays
+	// unchanged, with no connection open, before it is deleted
+	// (proxy.MetricsConfig.SeriesGrace).
+	MetricsSeriesGrace time.Duration `json:"metricsSeriesGrace"`
+	// MetricsMaxSeries (METRICS_MAX_SERIES, gozt only, default 20000)
+	// bounds the label sets of each istio_tcp_* counter
+	// (proxy.MetricsConfig.MaxSeries).
+	MetricsMaxSeries int `json:"metricsMaxSeries"`
 	// AdminPort and StatsPort are ProxyConfig's proxyAdminPort and
 	// statsPort (15000 and 15020 if unset).
 	AdminPort uint16 `json:"adminPort"`
@@ -197,6 +206,8 @@ func load(environ []string, meshPath string) (Config, error) {
 	c.TrustWaypointForwarded = l.boolean("TRUST_WAYPOINT_FORWARDED", true)
 	c.EarlyData = l.boolean("HBONE_EARLY_DATA", true)
 	c.LocalhostAppTunnel = l.boolean("LOCALHOST_APP_TUNNEL", true)
+	c.MetricsSeriesGrace = l.duration("METRICS_SERIES_GRACE", 5*time.Minute)
+	c.MetricsMaxSeries = l.positiveInt("METRICS_MAX_SERIES", 20_000)
 	var envMeta map[string]string
 	envMeta, c.MetaJSON, c.XDSHeaders, c.CAHeaders = prefixed(&l, environ)
 	c.Meta = pc.metadata(envMeta)

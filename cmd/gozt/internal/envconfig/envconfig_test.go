@@ -49,6 +49,8 @@ func TestDefaults(t *testing.T) {
 		"stats port":         {c.StatsPort, uint16(15020)},
 		"concurrency":        {c.Workers.Concurrency == nil, true},
 		"ipv6":               {c.IPv6Enabled, true},
+		"series grace":       {c.MetricsSeriesGrace, 5 * time.Minute},
+		"max series":         {c.MetricsMaxSeries, 20000},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("default %s = %v, want %v", name, tc.got, tc.want)
@@ -117,6 +119,10 @@ func TestValues(t *testing.T) {
 	if err != nil || c.XDSAddress != "" {
 		t.Errorf("empty XDS_ADDRESS = %q, %v; want disabled", c.XDSAddress, err)
 	}
+	c, err = Load([]string{"METRICS_SERIES_GRACE=30s", "METRICS_MAX_SERIES=500"})
+	if err != nil || c.MetricsSeriesGrace != 30*time.Second || c.MetricsMaxSeries != 500 {
+		t.Errorf("METRICS_SERIES_GRACE %v, METRICS_MAX_SERIES %d, %v; want 30s, 500", c.MetricsSeriesGrace, c.MetricsMaxSeries, err)
+	}
 }
 
 // TestBadValues: each bad value is one error naming the variable.
@@ -127,6 +133,8 @@ func TestBadValues(t *testing.T) {
 		"SECRET_TTL=-5s",
 		"SECRET_TTL=tomorrow",
 		"POOL_MAX_STREAMS_PER_CONNECTION=0",
+		"METRICS_SERIES_GRACE=0s",
+		"METRICS_MAX_SERIES=-1",
 		"HTTP2_STREAM_WINDOW_SIZE=0",
 		"HTTP2_FRAME_SIZE=1000",
 		"ENABLE_ORIG_SRC=maybe",

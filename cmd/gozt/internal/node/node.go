@@ -118,7 +118,9 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 	}
 	n.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		admin.BuildInfo(opts.Env.IstioVersion))
-	n.metrics = proxy.NewMetrics(n.registry)
+	n.metrics = proxy.NewMetricsWithConfig(n.registry, proxy.MetricsConfig{
+		SeriesGrace: opts.Env.MetricsSeriesGrace, MaxSeries: opts.Env.MetricsMaxSeries,
+	})
 	n.dns = newDNSResolver(opts.Env, orDefault(opts.ResolvConf, "/etc/resolv.conf"),
 		dns.NewMetrics(n.registry), n.log) // the metrics exist with DNS off too
 	n.hosts = newHostResolver(opts.Env, orDefault(opts.ResolvConf, "/etc/resolv.conf"), n.log)
@@ -513,6 +515,7 @@ func (n *Node) start() {
 	}
 	n.run.Go("connmgr", n.connmgr.Run)
 	n.run.Go("admission", n.admission.Run)
+	n.run.Go("metrics series", func(ctx context.Context) error { return n.metrics.SweepSeries(ctx, n.store) })
 	if n.xds != nil {
 		n.run.Go("xds", n.xds.Run)
 		n.run.Go("xds readiness", func(ctx context.Context) error {

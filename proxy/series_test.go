@@ -1,0 +1,282 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	xproxy "golang.org/x/net/proxy"
+
+	"github.com/gozt/gozt/certs/localca"
+	"github.com/gozt/gozt/internal/tcptest"
+	"github.com/gozt/gozt/state"
+)
+
+// trafficCounters are the istio_tcp_* counters whose series a sweep
+// deletes together.
+var trafficCounters = []string{
+	"istio_tcp_connections_opened_total", "istio_tcp_connections_closed_total",
+	"istio_tcp_connections_failed_total", "istio_tcp_received_bytes_total", "istio_tcp_sent_bytes_total",
+}
+
+// scrapeSeries gathers reg and returns the number of traffic series (the
+// all-empty one left out), failing unless every traffic counter has that
+// many, and the value of counter name whose destination_workload is dst
+// (-1 for none).
+func scrapeSeries(t *testing.T, reg prometheus.Gatherer, name, dst string) (n int, value float64) {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string]int{}
+	value = -1
+	for _, mf := range mfs {
+		for _, s := range mf.GetMetric() {
+			if labelOf(s, "reporter") == "" {
+				continue // the empty series, or not a traffic metric
+			}
+			counts[mf.GetName()]++
+			if mf.GetName() == name && labelOf(s, "destination_workload") == dst {
+				value = s.GetCounter().GetValue()
+			}
+		}
+	}
+	for _, c := range trafficCounters {
+		if counts[c] != counts[trafficCounters[0]] {
+			t.Fatalf("series per counter differ: %v", counts)
+		}
+	}
+	return counts[trafficCounters[0]], value
+}
+
+func labelOf(m *dto.Metric, name string) string {
+	for _, lp := range m.GetLabel() {
+		if lp.GetName() == name {
+			return lp.GetValue()
+		}
+	}
+	return ""
+}
+
+// churnPod is short-lived pod i: plain TCP, at 127.94.x.y.
+func churnPod(i int) *state.Workload {
+	ip := netip.AddrFrom4([4]byte{127, 94, byte(1 + i/250), byte(1 + i%250)})
+	name := "job-" + strconv.Itoa(i)
+	return &state.Workload{UID: "c//Pod/ns/" + name, Name: name, Namespace: "ns", ServiceAccount: "job",
+		TrustDomain: "cluster.local", Addresses: []netip.Addr{ip}}
+}
+
+func setPods(t *testing.T, store *state.Store, add bool, pods ...*state.Workload) {
+	t.Helper()
+	var err error
+	store.Update(func(b *state.Batch) {
+		for _, w := range pods {
+			if !add {
+				b.RemoveWorkload(w.UID)
+			} else if err = b.InsertWorkload(w); err != nil {
+				return
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSweepForgetsChurnedPods (ztunnel#1719, #1942): 1,000 short-lived
+// pods, each sent one connection through a proxy's SOCKS5 listener (routed
+// as outbound), are removed from the store; once the grace has passed, the
+// scrape's traffic series are back to those of the live pods. A connection
+// still open to a removed pod keeps its series until it closes.
+func TestSweepForgetsChurnedPods(t *testing.T) {
+	const clientIP, pods, batch = "127.94.0.1", 1000, 100
+	echo := tcptest.Echo(t, "0.0.0.0:0").(*net.TCPAddr).Port
+	ca, err := localca.New(localca.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := state.NewStore(state.Config{})
+	client := nsWorkload("w", clientIP)
+	live := []*state.Workload{churnPod(pods), churnPod(pods + 1)}
+	live[0].Name, live[1].Name = "db", "cache"
+	setPods(t, store, true, append(live, client)...)
+	reg := prometheus.NewRegistry()
+	m := NewMetricsWithConfig(reg, MetricsConfig{SeriesGrace: 20 * time.Millisecond})
+	serveProxy(t, Config{WorkloadUID: client.UID, BindAddr: netip.MustParseAddr(clientIP), EnableSOCKS5: true,
+		Store: store, Certs: issuedCerts{ca}, Metrics: m}, 5*time.Second)
+	ctx, cancel := context.WithCancel(context.Background())
+	swept := make(chan error, 1)
+	go func() { swept <- m.SweepSeries(ctx, store) }()
+	defer func() { cancel(); <-swept }()
+	socks, err := xproxy.SOCKS5("tcp", clientIP+":15080", nil, xproxy.Direct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dial := func(w *state.Workload) net.Conn {
+		t.Helper()
+		c, err := socks.Dial("tcp", netip.AddrPortFrom(w.Addresses[0], uint16(echo)).String())
+		if err != nil {
+			t.Fatalf("dial %s: %v", w.Name, err)
+		}
+		if _, err := c.Write([]byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(c, make([]byte, 1)); err != nil {
+			t.Fatalf("echo from %s: %v", w.Name, err)
+		}
+		return c
+	}
+	for _, w := range live {
+		dial(w).Close()
+	}
+	held := churnPod(0)
+	var open net.Conn
+	for start := 0; start < pods; start += batch {
+		var churn []*state.Workload
+		for i := start; i < start+batch; i++ {
+			churn = append(churn, churnPod(i))
+		}
+		setPods(t, store, true, churn...)
+		for _, w := range churn {
+			if w.UID == held.UID {
+				open = dial(w)
+				continue
+			}
+			dial(w).Close()
+		}
+		setPods(t, store, false, churn...)
+	}
+
+	// The live pods' 2 series stay, and so does the one of the connection
+	// still open; the other 999 go.
+	waitSeries(t, reg, 3)
+	time.Sleep(100 * time.Millisecond) // five graces: nothing more goes
+	if n, _ := scrapeSeries(t, reg, trafficCounters[0], held.Name); n != 3 {
+		t.Fatalf("series with a connection open to a removed pod: %d, want 3", n)
+	}
+	open.Close()
+	waitSeries(t, reg, 2)
+}
+
+// waitSeries waits up to 10s for reg's traffic series to number want.
+func waitSeries(t *testing.T, reg prometheus.Gatherer, want int) {
+	t.Helper()
+	for start := time.Now(); ; time.Sleep(10 * time.Millisecond) {
+		n, _ := scrapeSeries(t, reg, trafficCounters[0], "")
+		if n == want {
+			return
+		}
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("traffic series = %d after 10s, want %d", n, want)
+		}
+	}
+}
+
+// TestSweepKeepsWhatMayMove: a sweep deletes a series only when it names a
+// workload the store no longer has and has been still, with no connection
+// open, for the grace; one that comes back starts from zero.
+func TestSweepKeepsWhatMayMove(t *testing.T) {
+	const grace = time.Minute
+	reg := prometheus.NewRegistry()
+	m := NewMetricsWithConfig(reg, MetricsConfig{SeriesGrace: grace})
+	store := state.NewStore(state.Config{})
+	client, server, job := nsWorkload("client", "10.0.0.1"), nsWorkload("server", "10.0.0.2"), churnPod(7)
+	setPods(t, store, true, client, server, job)
+	log := slog.New(slog.DiscardHandler)
+	conn := func(src, dst *state.Workload) *connRecord {
+		l := trafficLabels{reporter: "source", responseFlags: flagNone, securityPolicy: securityMutualTLS}
+		l.setSource(src)
+		l.setDestination(dst)
+		return m.open(log, l, false)
+	}
+	received := func(dst string) float64 {
+		_, v := scrapeSeries(t, reg, "istio_tcp_received_bytes_total", dst)
+		return v
+	}
+	conn(client, server).close(5, 5, nil) // both live: kept however still
+	conn(client, job).close(100, 1, nil)  // names the job
+	held := conn(job, server)             // open across the job's removal
+	setPods(t, store, false, job)
+
+	now := time.Now()
+	sweep := func(at time.Duration, want int) {
+		t.Helper()
+		m.sweep(store.Snapshot(), now.Add(at))
+		if n, _ := scrapeSeries(t, reg, trafficCounters[0], ""); n != want {
+			t.Fatalf("after a sweep at +%v: %d series, want %d", at, n, want)
+		}
+	}
+	sweep(0, 3)           // the changes start the still time
+	sweep(grace/2, 3)     // still, not for the grace
+	sweep(grace, 2)       // client→job goes; held is open
+	sweep(10*grace, 2)    // open: kept
+	held.close(0, 0, nil) // a change: its still time starts again
+	sweep(11*grace, 2)
+	sweep(12*grace-1, 2)
+	sweep(12*grace, 1)
+	sweep(100*grace, 1) // client→server stays
+	if got := received("server"); got != 5 {
+		t.Errorf("client→server received = %v, want 5", got)
+	}
+
+	setPods(t, store, true, job)
+	if got := received(job.Name); got != -1 {
+		t.Fatalf("deleted series scraped with %v", got)
+	}
+	conn(client, job).close(7, 0, nil)
+	if got := received(job.Name); got != 7 {
+		t.Errorf("returning series received = %v, want 7 (from zero, not 107)", got)
+	}
+}
+
+// TestMaxSeries: past MaxSeries label sets, a connection with a new one is
+// counted nowhere and in gozt_metrics_series_dropped_total; known label
+// sets keep counting, and a new one is taken again once a sweep made room.
+func TestMaxSeries(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	m := NewMetricsWithConfig(reg, MetricsConfig{MaxSeries: 3, SeriesGrace: time.Second})
+	log := slog.New(slog.DiscardHandler)
+	labels := func(i int) trafficLabels {
+		return trafficLabels{reporter: "source", responseFlags: flagNone, dstWorkload: fmt.Sprint("job-", i), dstNamespace: "ns"}
+	}
+	for i := range 5 {
+		l := labels(i)
+		m.open(log, l, false).close(10, 10, nil)
+	}
+	first := labels(0)
+	m.open(log, first, false).close(10, 10, nil)
+	if n, v := scrapeSeries(t, reg, trafficCounters[0], "job-0"); n != 3 || v != 2 {
+		t.Fatalf("series = %d, job-0 opened = %v; want 3 and 2", n, v)
+	}
+	if _, v := scrapeSeries(t, reg, trafficCounters[0], "job-4"); v != -1 {
+		t.Errorf("job-4, past the cap, scraped with %v", v)
+	}
+	if got := counterValue(t, m.dropped); got != 2 {
+		t.Errorf("gozt_metrics_series_dropped_total = %v, want 2", got)
+	}
+	// A record whose flag changes past the cap is dropped too.
+	r := m.open(log, first, false)
+	r.fail(flagConnect, nil)
+	if got := counterValue(t, m.dropped); got != 3 {
+		t.Errorf("gozt_metrics_series_dropped_total after a new flag = %v, want 3", got)
+	}
+
+	// None of job-0..2 is in the (empty) store: a sweep after the grace
+	// frees the cap.
+	now := time.Now()
+	m.sweep(state.NewStore(state.Config{}).Snapshot(), now)
+	m.sweep(state.NewStore(state.Config{}).Snapshot(), now.Add(time.Second))
+	m.open(log, labels(4), false).close(1, 1, nil)
+	if n, v := scrapeSeries(t, reg, trafficCounters[0], "job-4"); n != 1 || v != 1 {
+		t.Errorf("after a sweep: series = %d, job-4 opened = %v; want 1 and 1", n, v)
+	}
+}
