@@ -123,6 +123,19 @@ func createEchoService(ctx context.Context, t *testing.T, ns, name string, port 
 	return got.Spec.ClusterIP
 }
 
+// meshPair creates the ambient namespace ns with the service accounts
+// client and server, an echo pod of each (named after it), and the Service
+// server on port 80 in front of the server pod; it returns the two pods and
+// the Service's ClusterIP.
+func meshPair(ctx context.Context, t *testing.T, ns string) (client, server *corev1.Pod, svcIP string) {
+	t.Helper()
+	createNamespace(ctx, t, ns, true)
+	createServiceAccount(ctx, t, ns, "client")
+	createServiceAccount(ctx, t, ns, "server")
+	pods := createEchoPods(ctx, t, ns, map[string]string{"client": "client", "server": "server"}, "client", "server")
+	return pods["client"], pods["server"], createEchoService(ctx, t, ns, "server", 80)
+}
+
 // execIn runs cmd in the first container of pod through the API server and
 // returns its stdout and stderr; err is non-nil when it could not run or
 // exited non-zero.
@@ -168,9 +181,15 @@ func (r echoReply) String() string {
 
 // dialFrom runs `echo dial addr msg` in pod and parses what came back.
 func dialFrom(ctx context.Context, pod *corev1.Pod, addr, msg string) echoReply {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	return dialHold(ctx, pod, addr, msg, 0)
+}
+
+// dialHold is dialFrom with the connection held open for hold before the
+// client half-closes.
+func dialHold(ctx context.Context, pod *corev1.Pod, addr, msg string, hold time.Duration) echoReply {
+	ctx, cancel := context.WithTimeout(ctx, hold+30*time.Second)
 	defer cancel()
-	stdout, stderr, err := execIn(ctx, pod, "/echo", "dial", addr, msg)
+	stdout, stderr, err := execIn(ctx, pod, "/echo", "dial", "-hold", hold.String(), addr, msg)
 	r := echoReply{Raw: stdout + stderr, Err: err}
 	first, rest, _ := strings.Cut(stdout, "\n")
 	if p, ok := strings.CutPrefix(first, "peer="); ok {

@@ -19,12 +19,7 @@ const connsOpened = "istio_tcp_connections_opened_total"
 func TestScenario2(t *testing.T) {
 	ctx := context.Background()
 	const ns = "e2e-s2"
-	createNamespace(ctx, t, ns, true)
-	createServiceAccount(ctx, t, ns, "client")
-	createServiceAccount(ctx, t, ns, "server")
-	pods := createEchoPods(ctx, t, ns, map[string]string{"client": "client", "server": "server"}, "client", "server")
-	client, server := pods["client"], pods["server"]
-	svcIP := createEchoService(ctx, t, ns, "server", 80)
+	client, server, svcIP := meshPair(ctx, t, ns)
 	clientID, serverID := spiffeID(ns, "client"), spiffeID(ns, "server")
 	mtls := map[string]map[string]string{}
 	for _, reporter := range []string{"source", "destination"} {
