@@ -127,10 +127,10 @@ func TestScenario7(t *testing.T) {
 		t.Logf("istioctl ztunnel-config certificates:\n%s", out)
 	})
 	t.Run("Connections", func(t *testing.T) {
-		// A connection held open for 10 s, listed while it lives.
+		// A connection held open for 15 s, listed while it lives.
 		done := make(chan echoReply, 1)
-		go func() { done <- dialHold(ctx, client, podAddr(server), "hello-held", 10*time.Second) }()
-		out := waitIstioctlRows(ctx, t, 9*time.Second, []row{
+		go func() { done <- dialHold(ctx, client, podAddr(server), "hello-held", 15*time.Second) }()
+		out := waitIstioctlRows(ctx, t, 14*time.Second, []row{
 			{"client." + ns, "Outbound", "client." + ns + ":*", "server." + ns + ":15008", "server." + ns + ":8080", "HBONE"},
 			{"server." + ns, "Inbound", "server." + ns + ":8080", "client." + ns + ":*", "", "HBONE"},
 		}, on("connections", "--workload-namespace", ns)...)

@@ -98,10 +98,12 @@ func TestScenario4(t *testing.T) {
 	})
 }
 
-// refused says a dial was refused as ztunnel refuses: the connection
-// ended without the server's peer= line or the echo.
+// refused says a dial was refused as ztunnel refuses: `echo dial` ran and
+// failed (the connection reset or closed) without the server's peer= line
+// or the echo. A failed exec is not a refusal.
 func refused(r echoReply, msg string) bool {
-	return r.Peer == "" && !strings.Contains(r.Raw, msg)
+	ran := r.Err != nil && strings.Contains(r.Err.Error(), "exit code") && strings.HasPrefix(r.Raw, "echo: ")
+	return ran && r.Peer == "" && !strings.Contains(r.Raw, msg)
 }
 
 // pollUntil dials addr from pod every 100 ms until done says the reply is
