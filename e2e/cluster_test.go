@@ -120,36 +120,8 @@ func waitPodsReady(ctx context.Context, t *testing.T, ns, sel string, timeout ti
 // waits until istio-cni has redirected it.
 func createEnrolledPod(ctx context.Context, t *testing.T, ns, name string) *corev1.Pod {
 	t.Helper()
-	_, err := cl.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
-		Name: ns, Labels: map[string]string{"istio.io/dataplane-mode": "ambient"},
-	}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("create namespace %s: %v", ns, err)
-	}
-	t.Cleanup(func() {
-		cl.cs.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
-	})
-	waitServiceAccount(ctx, t, ns, "default")
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": name}},
-		Spec: corev1.PodSpec{
-			Containers: []corev1.Container{{
-				Name: "echo", Image: cluster.EchoImage, ImagePullPolicy: corev1.PullNever,
-				Args:  []string{"serve", "-addr", ":8080"},
-				Ports: []corev1.ContainerPort{{ContainerPort: 8080}},
-			}},
-			TerminationGracePeriodSeconds: new(int64),
-		},
-	}
-	if _, err := cl.cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create pod: %v", err)
-	}
-	pods := waitPodsReady(ctx, t, ns, "app="+name, 2*time.Minute)
-	p := &pods[0]
-	if got := p.Annotations["ambient.istio.io/redirection"]; got != "enabled" {
-		t.Fatalf("pod %s/%s: ambient.istio.io/redirection = %q, want enabled (istio-cni did not enrol it)", ns, name, got)
-	}
-	return p
+	createNamespace(ctx, t, ns, true)
+	return createEchoPods(ctx, t, ns, nil, name)[name]
 }
 
 func waitServiceAccount(ctx context.Context, t *testing.T, ns, name string) {

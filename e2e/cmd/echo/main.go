@@ -5,7 +5,8 @@
 //	                                   "peer=IP:PORT" (the source it saw), then
 //	                                   echo everything back until the client
 //	                                   half-closes
-//	echo dial ADDR [MESSAGE]           connect, send MESSAGE, half-close, and
+//	echo dial [-hold D] ADDR [MESSAGE] connect, send MESSAGE, (wait D, the
+//	                                   connection open,) half-close, and
 //	                                   print what came back
 //
 // Its image is localhost/gozt-e2e/echo:dev in the e2e cluster.
@@ -24,7 +25,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: echo serve [-addr :8080] | echo dial ADDR [MESSAGE]")
+		fmt.Fprintln(os.Stderr, "usage: echo serve [-addr :8080] | echo dial [-hold D] ADDR [MESSAGE]")
 		os.Exit(2)
 	}
 	var err error
@@ -77,6 +78,12 @@ func handle(c net.Conn) {
 }
 
 func dial(args []string) error {
+	fs := flag.NewFlagSet("dial", flag.ContinueOnError)
+	hold := fs.Duration("hold", 0, "how long to keep the connection open before half-closing")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	args = fs.Args()
 	if len(args) < 1 {
 		return errors.New("dial: want ADDR")
 	}
@@ -89,10 +96,11 @@ func dial(args []string) error {
 		return err
 	}
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(10 * time.Second))
+	c.SetDeadline(time.Now().Add(*hold + 10*time.Second))
 	if _, err := io.WriteString(c, msg); err != nil {
 		return err
 	}
+	time.Sleep(*hold)
 	if err := c.(*net.TCPConn).CloseWrite(); err != nil {
 		return err
 	}
