@@ -87,6 +87,9 @@ func TestScenario3(t *testing.T) {
 			"destination_workload":           "server",
 			"destination_workload_namespace": mesh,
 			"connection_security_policy":     "unknown",
+			// The server's identity, as ztunnel's inbound passthrough
+			// names it (gozt said "unknown" until this scenario found it).
+			"destination_principal": "spiffe://cluster.local/ns/" + mesh + "/sa/server",
 		}
 		before := metricSum(goztMetrics(ctx, t), connsOpened, want)
 		r := mustDial(ctx, t, out["outside-client"], podAddr(in["server"]), "hello-plaintext")

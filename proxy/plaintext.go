@@ -36,8 +36,10 @@ func (p *Proxy) acceptPlaintext(c net.Conn) (net.Conn, *connRecord, func(error) 
 	}
 	snap = p.fetchPeer(snap, src) // ztunnel's inbound_passthrough fetches it
 	labels := trafficLabels{reporter: "destination", responseFlags: flagNone, securityPolicy: securityUnknown}
+	// The destination principal is the local workload's identity, though
+	// no certificate was presented, as ztunnel's inbound passthrough names
+	// it (SPEC §7.1).
 	labels.setDestination(local)
-	labels.dstPrincipal = ""
 	if w := snap.WorkloadByIP(p.cfg.Network, src.Addr()); w != nil {
 		labels.setSource(w)
 	}
