@@ -12,13 +12,57 @@ import (
 	"github.com/gozt/gozt/internal/syncbuf"
 )
 
-// localProc is one `gozt local` process of the binary built for the test,
-// on a config of the test's own, killed at the test's end.
-type localProc struct {
+// proc is one process the test started, its output kept as it writes,
+// killed at the test's end if still running.
+type proc struct {
 	cmd            *exec.Cmd
 	exited         chan error // receives Wait's result once; put it back after reading
 	stdout, stderr syncbuf.Buffer
-	caDir          string
+}
+
+// startProc starts args[0] with the rest of args and env added to the
+// test's environment.
+func startProc(t *testing.T, env []string, args ...string) *proc {
+	t.Helper()
+	p := &proc{cmd: exec.Command(args[0], args[1:]...), exited: make(chan error, 1)}
+	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.exited <- p.cmd.Wait() }()
+	t.Cleanup(func() {
+		p.cmd.Process.Kill()
+		select {
+		case <-p.exited:
+		case <-time.After(5 * time.Second):
+		}
+	})
+	return p
+}
+
+// stop sends SIGTERM and fails t unless the process exits with status 0
+// within 15 s.
+func (p *proc) stop(t *testing.T) {
+	t.Helper()
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-p.exited:
+		p.exited <- err
+		if err != nil {
+			t.Errorf("gozt exited with %v after SIGTERM, want status 0\nstderr:\n%s", err, &p.stderr)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("gozt did not exit within 15s of SIGTERM\nstderr:\n%s", &p.stderr)
+	}
+}
+
+// localProc is one `gozt local` process of the binary built for the test,
+// on a config of the test's own.
+type localProc struct {
+	*proc
+	caDir string
 }
 
 // startLocal builds the binary and runs `gozt local` on config, with its
@@ -36,21 +80,10 @@ func startLocal(t *testing.T, config, sideIP string, env []string, wrap ...strin
 	if err := os.WriteFile(cfg, []byte(config), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p := &localProc{exited: make(chan error, 1), caDir: filepath.Join(dir, "ca")}
-	args := append(append([]string(nil), wrap...), bin, "local", "--config", cfg, "--ca-dir", p.caDir,
+	caDir := filepath.Join(dir, "ca")
+	args := append(append([]string(nil), wrap...), bin, "local", "--config", cfg, "--ca-dir", caDir,
 		"--admin-addr", sideIP+":15000", "--metrics-addr", sideIP+":15020", "--readiness-addr", sideIP+":15021")
-	p.cmd = exec.Command(args[0], args[1:]...)
-	p.cmd.Env = append(os.Environ(), env...)
-	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { p.exited <- p.cmd.Wait() }()
-	t.Cleanup(func() {
-		p.cmd.Process.Kill()
-		<-p.exited
-	})
+	p := &localProc{proc: startProc(t, env, args...), caDir: caDir}
 	ready := "http://" + sideIP + ":15021/healthz/ready"
 	for start := time.Now(); ; time.Sleep(50 * time.Millisecond) {
 		if resp, err := http.Get(ready); err == nil {

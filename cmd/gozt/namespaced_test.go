@@ -1,16 +1,13 @@
 package main
 
 import (
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gozt/gozt/internal/nstest"
-	"github.com/gozt/gozt/internal/syncbuf"
 )
 
 // TestLocalDemoWithCapture runs the gozt binary's demo mesh in its own
@@ -88,48 +85,9 @@ func hasMetric(metrics, name string, labels ...string) bool {
 	return false
 }
 
-// netnsProc is the gozt binary running in a network namespace; it is killed
-// at the test's end if still running.
-type netnsProc struct {
-	cmd            *exec.Cmd
-	exited         chan error // Wait's result, put back once read
-	stdout, stderr syncbuf.Buffer
-}
-
 // startInNetns starts bin with args in network namespace ns, with env
 // added to the test's environment.
-func startInNetns(t *testing.T, ns, bin string, env []string, args ...string) *netnsProc {
+func startInNetns(t *testing.T, ns, bin string, env []string, args ...string) *proc {
 	t.Helper()
-	p := &netnsProc{cmd: exec.Command("ip", append([]string{"netns", "exec", ns, bin}, args...)...), exited: make(chan error, 1)}
-	p.cmd.Env = append(os.Environ(), env...)
-	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { p.exited <- p.cmd.Wait() }()
-	t.Cleanup(func() {
-		p.cmd.Process.Kill()
-		select {
-		case <-p.exited:
-		case <-time.After(5 * time.Second):
-		}
-	})
-	return p
-}
-
-// stop sends SIGTERM and fails t unless the process exits with status 0
-// within 15 s.
-func (p *netnsProc) stop(t *testing.T) {
-	t.Helper()
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-p.exited:
-		p.exited <- err
-		if err != nil {
-			t.Errorf("gozt exited with %v after SIGTERM, want status 0\nstderr:\n%s", err, &p.stderr)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatalf("gozt did not exit within 15s of SIGTERM\nstderr:\n%s", &p.stderr)
-	}
+	return startProc(t, env, append([]string{"ip", "netns", "exec", ns, bin}, args...)...)
 }
