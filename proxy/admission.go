@@ -266,16 +266,16 @@ func (p *Proxy) shedForMemory(listener string) {
 const dnsListener = "dns"
 
 // admittingListener is a listener whose Accept returns only the
-// connections admission control admits, as the proxy's own accept loops
-// do (acceptLoop): a failed accept backs off or, out of descriptors,
-// sheds the queue with the spare descriptor (acceptFailed), and a
-// connection accepted under memory pressure is reset (admit), each counted
-// under listener name. The DNS proxy's TCP listeners are wrapped in one
-// (dns.ServerConfig.AdmitTCP), whose miekg/dns serve loop would otherwise
-// retry EMFILE at once, for ever, and accept while every other listener
-// sheds.
+// connections admission control admits: a failed accept backs off or, out
+// of descriptors, sheds the queue with the spare descriptor
+// (acceptFailed), never spinning, and a connection accepted under memory
+// pressure is reset (admit), each counted under listener name. Every
+// listener of the proxy accepts through one: its own (acceptLoop) and the
+// DNS proxy's TCP listeners (dns.ServerConfig.AdmitTCP), whose miekg/dns
+// serve loop would otherwise retry EMFILE at once, for ever, and accept
+// while every other listener sheds.
 //
-// Accept is called by one goroutine at a time (miekg/dns's serve loop).
+// Accept is called by one goroutine at a time (the listener's accept loop).
 type admittingListener struct {
 	net.Listener
 	p        *Proxy

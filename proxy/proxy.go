@@ -451,27 +451,11 @@ var listenerReporter = map[string]string{
 // open counts them while they are open.
 func (p *Proxy) acceptLoop(l net.Listener, name string, handle handler, open prometheus.Gauge) {
 	defer p.wg.Done()
-	failures := 0 // consecutive failed Accepts
+	admitted := &admittingListener{Listener: l, p: p, name: name}
 	for {
-		c, err := l.Accept()
+		c, err := admitted.Accept()
 		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
-			}
-			failures++
-			p.acceptFailed(l, name, err, failures) // e.g. EMFILE: back off or shed, never spin
-			continue
-		}
-		failures = 0
-		if p.accept.spent.Load() {
-			p.accept.reacquire()
-		}
-		if !p.admit(c, name) {
-			continue
+			return // closed: admittingListener handles every other failure
 		}
 		if !p.track(c, open) {
 			c.Close()
