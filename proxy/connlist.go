@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -59,28 +60,63 @@ type liveConns struct {
 }
 
 // liveConn is one listed connection. Everything but the counters is set
-// before it is published and read-only afterwards.
+// before it is published and read-only afterwards. It keeps addresses and
+// names as they are and formats them only when a view reads the list
+// (conn, live): every connection is listed, and a view is read rarely.
 type liveConn struct {
-	info                    LiveConn // without the byte counts
+	addrs                   connAddrs
+	inbound                 bool
+	start                   time.Time
+	srcNamespace, srcName   string
+	srcPrincipal            string
+	dstNamespace, dstName   string
+	dstPrincipal            string
 	down                    net.Conn // bound downstream leg, or nil; the handler's goroutine only
 	counted                 atomic.Bool
 	requestBytes, respBytes atomic.Int64
 }
 
+// connAddrs are a listed connection's addresses (ConnJSON's fields).
+type connAddrs struct {
+	src, originalDst, actualDst netip.AddrPort
+	// authority, if not empty, is the original destination instead of
+	// originalDst: the CONNECT authority of inbound HBONE.
+	authority string
+	protocol  string // TCP, HBONE or DOUBLEHBONE
+}
+
 // add lists rec until its close. Callers check Config.ListConnections
-// first, so the addresses are formatted only when the list is kept.
-func (l *liveConns) add(rec *connRecord, c ConnJSON) {
+// first.
+func (l *liveConns) add(rec *connRecord, a connAddrs) {
 	lb := &rec.s.labels
-	e := &liveConn{info: LiveConn{
-		ConnJSON: c, Direction: "outbound", Start: rec.start,
-		SrcWorkload: joinName(lb.srcNamespace, lb.srcWorkload), SrcIdentity: lb.srcPrincipal,
-		DstWorkload: joinName(lb.dstNamespace, lb.dstWorkload), DstIdentity: lb.dstPrincipal,
-	}}
-	if rec.inbound {
-		e.info.Direction = "inbound"
+	e := &liveConn{addrs: a, inbound: rec.inbound, start: rec.start,
+		srcNamespace: lb.srcNamespace, srcName: lb.srcWorkload, srcPrincipal: lb.srcPrincipal,
+		dstNamespace: lb.dstNamespace, dstName: lb.dstWorkload, dstPrincipal: lb.dstPrincipal,
 	}
 	rec.live = l
 	l.m.Store(rec, e)
+}
+
+// conn formats e's addresses for /config_dump.
+func (e *liveConn) conn() ConnJSON {
+	c := ConnJSON{Src: e.addrs.src.String(), OriginalDst: e.addrs.authority, ActualDst: e.addrs.actualDst.String(), Protocol: e.addrs.protocol}
+	if c.OriginalDst == "" {
+		c.OriginalDst = e.addrs.originalDst.String()
+	}
+	return c
+}
+
+// live formats e for the live view, with its byte counts now.
+func (e *liveConn) live() LiveConn {
+	c := LiveConn{ConnJSON: e.conn(), Direction: "outbound", Start: e.start,
+		SrcWorkload: joinName(e.srcNamespace, e.srcName), SrcIdentity: e.srcPrincipal,
+		DstWorkload: joinName(e.dstNamespace, e.dstName), DstIdentity: e.dstPrincipal,
+		RequestBytes: e.requestBytes.Load(), ResponseBytes: e.respBytes.Load(), BytesLive: e.counted.Load(),
+	}
+	if e.inbound {
+		c.Direction = "inbound"
+	}
+	return c
 }
 
 func joinName(ns, name string) string {
@@ -146,11 +182,11 @@ func (l *liveConns) remove(rec *connRecord) {
 // (nil unless Config.ListConnections).
 func (p *Proxy) Connections() (inbound, outbound []ConnJSON) {
 	inbound, outbound = []ConnJSON{}, []ConnJSON{}
-	p.live.m.Range(func(k, v any) bool {
-		if k.(*connRecord).inbound {
-			inbound = append(inbound, v.(*liveConn).info.ConnJSON)
+	p.live.m.Range(func(_, v any) bool {
+		if e := v.(*liveConn); e.inbound {
+			inbound = append(inbound, e.conn())
 		} else {
-			outbound = append(outbound, v.(*liveConn).info.ConnJSON)
+			outbound = append(outbound, e.conn())
 		}
 		return true
 	})
@@ -168,11 +204,7 @@ func (p *Proxy) LiveConnections(dst []LiveConn, max int) ([]LiveConn, int) {
 			return true
 		}
 		max--
-		e := v.(*liveConn)
-		c := e.info
-		c.RequestBytes, c.ResponseBytes = e.requestBytes.Load(), e.respBytes.Load()
-		c.BytesLive = e.counted.Load()
-		dst = append(dst, c)
+		dst = append(dst, v.(*liveConn).live())
 		return true
 	})
 	return dst, total

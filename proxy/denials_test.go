@@ -138,7 +138,8 @@ func TestLiveConnsLegs(t *testing.T) {
 	defer up.Close()
 
 	rec := m.open(log, trafficLabels{reporter: "source", srcWorkload: "client", srcNamespace: "demo"}, false)
-	l.add(rec, ConnJSON{Src: "a", Protocol: "HBONE"})
+	l.add(rec, connAddrs{src: netip.MustParseAddrPort("192.0.2.1:1000"), authority: "svc.demo:80",
+		actualDst: netip.MustParseAddrPort("192.0.2.2:15008"), protocol: "HBONE"})
 	l.bind(rec, down)
 	if n := legs(); n != 1 {
 		t.Fatalf("after bind %d legs held, want 1", n)
@@ -157,12 +158,20 @@ func TestLiveConnsLegs(t *testing.T) {
 	if total != 1 || len(got) != 1 || got[0].RequestBytes != 5 || !got[0].BytesLive || got[0].SrcWorkload != "demo/client" {
 		t.Errorf("LiveConnections = %+v, %d; want one with 5 request bytes, live, from demo/client", got, total)
 	}
+	// The addresses, kept as values, are formatted when the view is read.
+	want := ConnJSON{Src: "192.0.2.1:1000", OriginalDst: "svc.demo:80", ActualDst: "192.0.2.2:15008", Protocol: "HBONE"}
+	if len(got) == 1 && (got[0].ConnJSON != want || got[0].Direction != "outbound") {
+		t.Errorf("LiveConnections[0] = %+v, %s; want %+v, outbound", got[0].ConnJSON, got[0].Direction, want)
+	}
+	if _, out := p.Connections(); len(out) != 1 || out[0] != want {
+		t.Errorf("Connections outbound = %+v, want [%+v]", out, want)
+	}
 	if _, total := p.LiveConnections(nil, 0); total != 1 {
 		t.Errorf("LiveConnections(max 0) total = %d, want 1", total)
 	}
 
 	rec2 := m.open(log, trafficLabels{reporter: "source"}, false)
-	l.add(rec2, ConnJSON{Src: "b"})
+	l.add(rec2, connAddrs{})
 	l.bind(rec2, up)
 	l.remove(rec2) // closed before the hand-off
 	if n := legs(); n != 0 {
@@ -177,7 +186,7 @@ func TestLiveConnsLegs(t *testing.T) {
 
 	a, b := tcpPair(t)
 	rec3 := m.open(log, trafficLabels{reporter: "source"}, false)
-	l.add(rec3, ConnJSON{Src: "c", Protocol: "TCP"})
+	l.add(rec3, connAddrs{protocol: "TCP"})
 	l.bind(rec3, a)
 	if req, resp := l.counters(a, b); req != nil || resp != nil {
 		t.Error("a spliced TCP pair got live counters")

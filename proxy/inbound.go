@@ -164,7 +164,7 @@ func (p *Proxy) acceptConnect(s *hbone.ServerStream) (net.Conn, *connRecord, fun
 		return nil, nil, nil
 	}
 	if p.cfg.ListConnections {
-		p.live.add(rec, ConnJSON{Src: req.src.String(), OriginalDst: s.Authority(), ActualDst: req.upstream.String(), Protocol: "HBONE"})
+		p.live.add(rec, connAddrs{src: req.src, authority: s.Authority(), actualDst: req.upstream, protocol: "HBONE"})
 	}
 	h := http.Header{}
 	if b := baggage(req.local); b != "" && !p.cfg.NoResponseBaggage {

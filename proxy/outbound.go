@@ -142,7 +142,7 @@ func (p *Proxy) openOutbound(down net.Conn, dst netip.AddrPort) (net.Conn, *conn
 		case rt.kind == routeHBONE:
 			proto = "HBONE"
 		}
-		p.live.add(rec, ConnJSON{Src: downAddr.String(), OriginalDst: dst.String(), ActualDst: rt.dial.String(), Protocol: proto})
+		p.live.add(rec, connAddrs{src: downAddr, originalDst: dst, actualDst: rt.dial, protocol: proto})
 		p.live.bind(rec, down)
 	}
 	return up, rec

@@ -60,7 +60,7 @@ func (p *Proxy) acceptPlaintext(c net.Conn) (net.Conn, *connRecord, func(error) 
 		return nil, nil, nil
 	}
 	if p.cfg.ListConnections {
-		p.live.add(rec, ConnJSON{Src: src.String(), OriginalDst: dst.String(), ActualDst: dst.String(), Protocol: "TCP"})
+		p.live.add(rec, connAddrs{src: src, originalDst: dst, actualDst: dst, protocol: "TCP"})
 		p.live.bind(rec, c)
 	}
 	done := p.watchPolicy(connmgr.Info{WorkloadUID: local.UID, Conn: authz, Inbound: connmgr.InboundTCP, Checked: snap}, rec, c, up)
