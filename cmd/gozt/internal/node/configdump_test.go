@@ -33,14 +33,7 @@ func TestConfigDumpShapeDedicated(t *testing.T) {
 	// One connection stays open, so that workloadState's outbound list has
 	// the same shape whether or not the closed one is gone yet.
 	d, _ := xproxy.SOCKS5("tcp", clientIP+":15080", nil, xproxy.Direct)
-	live, err := d.Dial("tcp", serverIP+":8080")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer live.Close()
-	if err := ping(live); err != nil {
-		t.Fatal(err)
-	}
+	openLive(t, d, serverIP+":8080")
 	var body string
 	waitFor(t, func() bool {
 		body = get(t, "http://"+client.AdminAddr().String()+"/config_dump")
@@ -89,14 +82,7 @@ func TestConfigDumpWorkloadStateDedicated(t *testing.T) {
 	// The client app dials from the client's IP, as from its pod.
 	app := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(clientIP)}}
 	d, _ := xproxy.SOCKS5("tcp", clientIP+":15080", nil, app)
-	live, err := d.Dial("tcp", serverIP+":8080")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer live.Close()
-	if err := ping(live); err != nil {
-		t.Fatal(err)
-	}
+	openLive(t, d, serverIP+":8080")
 
 	for _, tc := range []struct {
 		n    *Node

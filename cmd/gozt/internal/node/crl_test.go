@@ -41,14 +41,7 @@ func TestCRLRevokesLiveAndNewTunnels(t *testing.T) {
 	cp.xds.PushWorkload(workload("client", clientIP), workload("server", serverIP))
 
 	d, _ := xproxy.SOCKS5("tcp", clientIP+":15080", nil, xproxy.Direct)
-	live, err := d.Dial("tcp", serverIP+":8080")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer live.Close()
-	if err := ping(live); err != nil {
-		t.Fatalf("before any revocation: %v", err)
-	}
+	live := openLive(t, d, serverIP+":8080") // before any revocation
 
 	leaf := ownLeaf(t, client, "spiffe://cluster.local/ns/demo/sa/client")
 	writeCRL(t, crlPath, caDir, ca, leaf.SerialNumber)

@@ -136,6 +136,21 @@ func serveEcho(t *testing.T, ln net.Listener) func() []string {
 	}
 }
 
+// openLive opens a connection through d, a SOCKS5 dialer of a workload, to
+// addr and pings it once; the test ends it.
+func openLive(t *testing.T, d xproxy.Dialer, addr string) net.Conn {
+	t.Helper()
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if err := ping(c); err != nil {
+		t.Fatalf("first ping through %s: %v", addr, err)
+	}
+	return c
+}
+
 func ping(c net.Conn) error {
 	c.SetDeadline(time.Now().Add(5 * time.Second))
 	if _, err := c.Write([]byte("ping")); err != nil {
