@@ -191,15 +191,7 @@ func TestAdmissionShedsUnderMemoryPressure(t *testing.T) {
 	sr := bufio.NewReader(sibling)
 	echoOnce(t, sibling, sr, "sibling before")
 
-	setMemory := func(v uint64, want bool) {
-		t.Helper()
-		used.Store(v)
-		for start := time.Now(); adm.MemoryPressure() != want; time.Sleep(time.Millisecond) {
-			if time.Since(start) > 5*time.Second {
-				t.Fatalf("MemoryPressure() != %v 5s after memory %d of 1000", want, v)
-			}
-		}
-	}
+	setMemory := func(v uint64, want bool) { t.Helper(); setMemoryUsed(t, adm, &used, v, want) }
 	setMemory(900, true)
 	for i := range 3 {
 		if c, err := socks.Dial("tcp", echo); err == nil {
@@ -346,15 +338,7 @@ func TestAdmissionShedsDNSUnderMemoryPressure(t *testing.T) {
 	if err := dnsAnswered(dnsTCP); err != nil {
 		t.Fatalf("DNS over TCP before any pressure: %v", err)
 	}
-	setMemory := func(v uint64, want bool) {
-		t.Helper()
-		used.Store(v)
-		for start := time.Now(); adm.MemoryPressure() != want; time.Sleep(time.Millisecond) {
-			if time.Since(start) > 5*time.Second {
-				t.Fatalf("MemoryPressure() != %v 5s after memory %d of 1000", want, v)
-			}
-		}
-	}
+	setMemory := func(v uint64, want bool) { t.Helper(); setMemoryUsed(t, adm, &used, v, want) }
 	setMemory(900, true)
 	if err := refused(admitDNSWorkloadIP + ":15001"); err != nil {
 		t.Errorf("15001 under memory pressure: %v", err)
@@ -370,5 +354,17 @@ func TestAdmissionShedsDNSUnderMemoryPressure(t *testing.T) {
 	setMemory(700, false)
 	if err := dnsAnswered(dnsTCP); err != nil {
 		t.Errorf("DNS over TCP below the low-water mark: %v", err)
+	}
+}
+
+// setMemoryUsed makes the memory adm reads v (of a limit of 1000, through
+// used) and waits until its MemoryPressure is want.
+func setMemoryUsed(t *testing.T, adm *Admission, used *atomic.Uint64, v uint64, want bool) {
+	t.Helper()
+	used.Store(v)
+	for start := time.Now(); adm.MemoryPressure() != want; time.Sleep(time.Millisecond) {
+		if time.Since(start) > 5*time.Second {
+			t.Fatalf("MemoryPressure() != %v 5s after memory %d of 1000", want, v)
+		}
 	}
 }

@@ -3,12 +3,10 @@ package dns
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/netip"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/miekg/dns"
@@ -217,24 +215,7 @@ func TestBadRequests(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			// A header with a valid id; raw bytes past it.
 			tc.pkt[0], tc.pkt[1] = 0x42, 0x42
-			c, err := net.Dial("udp", tc.to.udp)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			c.SetDeadline(time.Now().Add(10 * time.Second)) // a hang guard, not a timing assertion
-			if _, err := c.Write(tc.pkt); err != nil {
-				t.Fatal(err)
-			}
-			buf := make([]byte, 1500)
-			n, err := c.Read(buf)
-			if err != nil {
-				t.Fatalf("no reply: %v", err)
-			}
-			resp := new(dns.Msg)
-			if err := resp.Unpack(buf[:n]); err != nil {
-				t.Fatalf("reply does not decode: %v", err)
-			}
+			resp := exchangeRaw(t, tc.to.udp, tc.pkt)
 			if resp.Id != 0x4242 || !resp.Response || resp.Rcode != tc.rcode || len(resp.Answer) != 0 {
 				t.Errorf("reply id %#x response=%v rcode %s answers %d; want id 0x4242, a response, %s, no answers",
 					resp.Id, resp.Response, dns.RcodeToString[resp.Rcode], len(resp.Answer), dns.RcodeToString[tc.rcode])

@@ -169,24 +169,7 @@ func TestErrorRepliesInFlightBound(t *testing.T) {
 	}
 	send := func(t *testing.T, pkt []byte) *dns.Msg {
 		t.Helper()
-		c, err := net.Dial("udp", udp)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		c.SetDeadline(time.Now().Add(10 * time.Second)) // a hang guard
-		if _, err := c.Write(pkt); err != nil {
-			t.Fatal(err)
-		}
-		buf := make([]byte, 1500)
-		n, err := c.Read(buf)
-		if err != nil {
-			t.Fatalf("no reply: %v", err)
-		}
-		resp := new(dns.Msg)
-		if err := resp.Unpack(buf[:n]); err != nil {
-			t.Fatalf("reply does not decode: %v", err)
-		}
+		resp := exchangeRaw(t, udp, pkt)
 		if resp.Id != 0x4242 || !resp.Response {
 			t.Fatalf("reply id %#x response=%v, want a response to id 0x4242", resp.Id, resp.Response)
 		}
@@ -342,4 +325,30 @@ func served(addr string, ask func(*dns.Conn) error) bool {
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(10 * time.Second)) // a hang guard
 	return ask(c) == nil
+}
+
+// exchangeRaw sends pkt, raw bytes, to the UDP address udp and returns the
+// reply, failing t if none comes within 10 s (a hang guard, not a timing
+// assertion) or it does not decode.
+func exchangeRaw(t *testing.T, udp string, pkt []byte) *dns.Msg {
+	t.Helper()
+	c, err := net.Dial("udp", udp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Write(pkt); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 1500)
+	n, err := c.Read(buf)
+	if err != nil {
+		t.Fatalf("no reply: %v", err)
+	}
+	resp := new(dns.Msg)
+	if err := resp.Unpack(buf[:n]); err != nil {
+		t.Fatalf("reply does not decode: %v", err)
+	}
+	return resp
 }
