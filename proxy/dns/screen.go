@@ -37,11 +37,28 @@ func acceptQueries(h dns.Header) dns.MsgAcceptAction {
 
 // screen is the Reader of one listener: it reads as miekg/dns's own does,
 // drops the messages no reply may go to (answerable) before the server
-// starts serving them, and hands an undecodable query on as its header
-// alone (decodable).
+// starts serving them, and, while the in-flight bound is full, hands an
+// undecodable query on as its header alone (decodable).
 type screen struct {
 	dns.Reader
 	self netip.AddrPort // the listener's address
+	// busy reports whether the server's in-flight bound is full.
+	busy func() bool
+}
+
+// bounded returns m as the server should serve it: unchanged while the
+// in-flight bound has room, else decodable(m). miekg/dns answers a query
+// it cannot decode FORMERR itself, outside the handler and its bound; with
+// room in the bound that reply is the one the handler would give, at no
+// more cost than the handler's busy SERVFAIL, so only a full bound needs
+// the header-only form, which the handler answers SERVFAIL as busy. Every
+// query is then decoded once (by miekg/dns) unless the bound is full:
+// decodable's trial decode costs about as much as miekg/dns's own.
+func (sc screen) bounded(m []byte) []byte {
+	if sc.busy == nil || !sc.busy() {
+		return m
+	}
+	return decodable(m)
 }
 
 // errUnanswerable ends a TCP connection whose peer no reply may go to.
@@ -51,7 +68,7 @@ func (sc screen) ReadUDP(conn *net.UDPConn, timeout time.Duration) ([]byte, *dns
 	for {
 		m, s, err := sc.Reader.ReadUDP(conn, timeout)
 		if err != nil || s == nil || answerable(sc.self, addrPort(s.RemoteAddr())) {
-			return decodable(m), s, err
+			return sc.bounded(m), s, err
 		}
 	}
 }
@@ -61,15 +78,16 @@ func (sc screen) ReadTCP(conn net.Conn, timeout time.Duration) ([]byte, error) {
 		return nil, errUnanswerable // miekg/dns closes conn
 	}
 	m, err := sc.Reader.ReadTCP(conn, timeout)
-	return decodable(m), err
+	return sc.bounded(m), err
 }
 
 // decodable returns m, or, if m is a query whose header decodes but whose
 // body does not, its header alone with every section count zero. miekg/dns
 // answers a message it cannot decode FORMERR itself, outside the handler
 // and so outside the in-flight bound; the header alone decodes, and the
-// handler answers it FORMERR (no question) or NOTIMP (an opcode other than
-// QUERY) inside the bound (issue 36 item 1). A message shorter than a
+// handler answers it inside the bound (issue 36 item 1): SERVFAIL while
+// the bound is full (the only time screen asks), else FORMERR (no
+// question) or NOTIMP (an opcode other than QUERY). A message shorter than a
 // header gets no reply from miekg/dns, and a response none from
 // acceptQueries, so neither is decoded here.
 func decodable(m []byte) []byte {

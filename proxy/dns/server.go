@@ -185,13 +185,17 @@ func (s *Server) newListener(srv *dns.Server, addr net.Addr, network string) *li
 	l := &listener{srv: srv, addr: addr, network: network, started: make(chan struct{}), done: make(chan struct{})}
 	srv.Handler = s.handler(network)
 	srv.MsgAcceptFunc = acceptQueries
-	srv.DecorateReader = func(r dns.Reader) dns.Reader { return screen{Reader: r, self: addrPort(addr)} }
+	srv.DecorateReader = func(r dns.Reader) dns.Reader { return screen{Reader: r, self: addrPort(addr), busy: s.busy} }
 	srv.NotifyStartedFunc = func() { close(l.started) }
 	srv.ReadTimeout = requestTimeout
 	srv.WriteTimeout = requestTimeout
 	srv.IdleTimeout = func() time.Duration { return requestTimeout }
 	return l
 }
+
+// busy reports whether the in-flight bound is full: a query read now would
+// be answered SERVFAIL as busy.
+func (s *Server) busy() bool { return len(s.inFlight) == cap(s.inFlight) }
 
 // noIPv6 reports whether err is binding an IPv6 address where IPv6 is off.
 func noIPv6(err error) bool {
