@@ -1,6 +1,7 @@
 // Package e2e holds gozt's real-cluster scenarios. They run against a
 // cluster that `gozt-e2e up` brought up (make e2e does both, then tears it
-// down), found through GOZT_E2E_KUBECONFIG; without it they skip, loudly.
+// down), found through GOZT_E2E_KUBECONFIG; without it they skip, loudly,
+// or fail under GOZT_REQUIRE_ROOT=1 (CI), where a skip must not pass.
 package e2e
 
 import (
@@ -36,6 +37,10 @@ var cl *env
 func TestMain(m *testing.M) {
 	kc := os.Getenv("GOZT_E2E_KUBECONFIG")
 	if kc == "" {
+		if os.Getenv("GOZT_REQUIRE_ROOT") == "1" {
+			fmt.Fprintln(os.Stderr, "e2e: FAILING: GOZT_E2E_KUBECONFIG is not set and GOZT_REQUIRE_ROOT=1 (run `make e2e` as root)")
+			os.Exit(1)
+		}
 		fmt.Fprintln(os.Stderr, "e2e: GOZT_E2E_KUBECONFIG is not set: SKIPPING the real-cluster scenarios (run `make e2e` as root)")
 		os.Exit(0)
 	}
