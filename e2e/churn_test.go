@@ -167,7 +167,7 @@ func goztResources(ctx context.Context, t *testing.T) goztUsage {
 		fmt.Fprintf(&list, "  %s -> %s\n", e.Name(), target)
 	}
 	u.fdList = list.String()
-	body, err := adminGet(ctx, cl, p.Name, "/debug/pprof/goroutine?debug=1")
+	body, err := adminGet(ctx, p.Name, "/debug/pprof/goroutine?debug=1")
 	if err != nil {
 		t.Fatalf("gozt's goroutines: %v", err)
 	}

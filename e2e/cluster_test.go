@@ -174,7 +174,7 @@ func waitWorkloadState(ctx context.Context, t *testing.T, pod *corev1.Pod, timeo
 // (localhost only in its namespace) through the API server's port-forward.
 func readWorkloadState(ctx context.Context, t *testing.T) (workloadState, error) {
 	p := goztPod(ctx, t)
-	body, err := adminGet(ctx, cl, p.Name, "/config_dump")
+	body, err := adminGet(ctx, p.Name, "/config_dump")
 	if err != nil {
 		return nil, err
 	}
