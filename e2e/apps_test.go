@@ -280,14 +280,17 @@ func metricSum(body, name string, want map[string]string) float64 {
 }
 
 // waitMetric waits until the series of name in gozt's /metrics whose
-// labels include want sum to at least atLeast, and returns them.
-func waitMetric(ctx context.Context, t *testing.T, name string, want map[string]string, atLeast float64) map[string]string {
+// labels include want sum to at least atLeast, and logs them.
+func waitMetric(ctx context.Context, t *testing.T, name string, want map[string]string, atLeast float64) {
 	t.Helper()
 	var body string
 	for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(time.Second) {
 		body = goztMetrics(ctx, t)
 		if metricSum(body, name, want) >= atLeast {
-			return metricSeries(body, name, want)
+			for labels, v := range metricSeries(body, name, want) {
+				t.Logf("%s{%s} %s", name, labels, v)
+			}
+			return
 		}
 	}
 	var related []string
@@ -296,7 +299,6 @@ func waitMetric(ctx context.Context, t *testing.T, name string, want map[string]
 	}
 	t.Fatalf("gozt's /metrics: %s with %v sums to %v, want at least %v; its %s series:\n%s",
 		name, want, metricSum(body, name, want), atLeast, name, strings.Join(related, "\n"))
-	return nil
 }
 
 // goztLogs returns the running gozt pod's log since since.

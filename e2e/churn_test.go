@@ -50,10 +50,20 @@ func TestScenario5(t *testing.T) {
 		// A connection held open from the first churn pod to the server
 		// when that pod goes.
 		holder := pods[names[0]]
+		heldIn := map[string]string{
+			"reporter":                       "destination",
+			"source_workload":                names[0],
+			"source_workload_namespace":      ns,
+			"destination_workload":           "server",
+			"destination_workload_namespace": ns,
+		}
+		opened := metricSum(goztMetrics(ctx, t), connsOpened, heldIn)
 		holdCtx, cancelHold := context.WithCancel(ctx)
 		held := make(chan echoReply, 1)
 		go func() { held <- dialHold(holdCtx, holder, podAddr(server), "held", 2*time.Minute) }()
-		time.Sleep(3 * time.Second) // the connection set up through both gozt halves
+		// The connection set up through both gozt halves: the server's
+		// inbound half has counted it.
+		waitMetric(ctx, t, connsOpened, heldIn, opened+1)
 
 		deleted := time.Now()
 		for _, name := range names {
@@ -157,7 +167,7 @@ func goztResources(ctx context.Context, t *testing.T) goztUsage {
 		fmt.Fprintf(&list, "  %s -> %s\n", e.Name(), target)
 	}
 	u.fdList = list.String()
-	body, err := adminGet(ctx, cl, p.Name, "/debug/pprof/goroutine?debug=1")
+	body, err := adminGet(ctx, p.Name, "/debug/pprof/goroutine?debug=1")
 	if err != nil {
 		t.Fatalf("gozt's goroutines: %v", err)
 	}

@@ -1,6 +1,7 @@
 // Package e2e holds gozt's real-cluster scenarios. They run against a
 // cluster that `gozt-e2e up` brought up (make e2e does both, then tears it
-// down), found through GOZT_E2E_KUBECONFIG; without it they skip, loudly.
+// down), found through GOZT_E2E_KUBECONFIG; without it they skip, loudly,
+// or fail under GOZT_REQUIRE_ROOT=1 (CI), where a skip must not pass.
 package e2e
 
 import (
@@ -36,6 +37,10 @@ var cl *env
 func TestMain(m *testing.M) {
 	kc := os.Getenv("GOZT_E2E_KUBECONFIG")
 	if kc == "" {
+		if os.Getenv("GOZT_REQUIRE_ROOT") == "1" {
+			fmt.Fprintln(os.Stderr, "e2e: FAILING: GOZT_E2E_KUBECONFIG is not set and GOZT_REQUIRE_ROOT=1 (run `make e2e` as root)")
+			os.Exit(1)
+		}
 		fmt.Fprintln(os.Stderr, "e2e: GOZT_E2E_KUBECONFIG is not set: SKIPPING the real-cluster scenarios (run `make e2e` as root)")
 		os.Exit(0)
 	}
@@ -169,7 +174,7 @@ func waitWorkloadState(ctx context.Context, t *testing.T, pod *corev1.Pod, timeo
 // (localhost only in its namespace) through the API server's port-forward.
 func readWorkloadState(ctx context.Context, t *testing.T) (workloadState, error) {
 	p := goztPod(ctx, t)
-	body, err := adminGet(ctx, cl, p.Name, "/config_dump")
+	body, err := adminGet(ctx, p.Name, "/config_dump")
 	if err != nil {
 		return nil, err
 	}

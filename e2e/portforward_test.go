@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -21,26 +20,22 @@ const adminPort = 15000
 
 // adminGet GETs path from the admin port of the gozt pod through the API
 // server's port-forward, as istioctl does.
-func adminGet(ctx context.Context, e *env, pod, path string) ([]byte, error) {
-	transport, upgrader, err := spdy.RoundTripperFor(e.rc)
+func adminGet(ctx context.Context, pod, path string) ([]byte, error) {
+	transport, upgrader, err := spdy.RoundTripperFor(cl.rc)
 	if err != nil {
 		return nil, err
 	}
-	u, err := url.Parse(e.rc.Host)
+	u, err := url.Parse(cl.rc.Host)
 	if err != nil {
 		return nil, err
 	}
 	u.Path = fmt.Sprintf("/api/v1/namespaces/%s/pods/%s/portforward", cluster.IstioNamespace, pod)
 	dialer := spdy.NewDialer(upgrader, &http.Client{Transport: transport}, http.MethodPost, u)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	local := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
+	// Local port 0: the forwarder listens on a free port of its own
+	// choosing, read back with GetPorts once it is ready.
 	stop, ready := make(chan struct{}), make(chan struct{})
 	fw, err := portforward.NewOnAddresses(dialer, []string{"127.0.0.1"},
-		[]string{strconv.Itoa(local) + ":" + strconv.Itoa(adminPort)}, stop, ready, io.Discard, io.Discard)
+		[]string{"0:" + strconv.Itoa(adminPort)}, stop, ready, io.Discard, io.Discard)
 	if err != nil {
 		return nil, err
 	}
@@ -58,7 +53,11 @@ func adminGet(ctx context.Context, e *env, pod, path string) ([]byte, error) {
 	case <-time.After(20 * time.Second):
 		return nil, fmt.Errorf("port-forward %s: not ready after 20s", pod)
 	}
-	code, body, err := httpGet(ctx, fmt.Sprintf("http://127.0.0.1:%d%s", local, path))
+	ports, err := fw.GetPorts()
+	if err != nil {
+		return nil, fmt.Errorf("port-forward %s: %w", pod, err)
+	}
+	code, body, err := httpGet(ctx, fmt.Sprintf("http://127.0.0.1:%d%s", ports[0].Local, path))
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"iter"
 	"log"
 	"os"
 	"os/exec"
@@ -92,21 +93,38 @@ func (c *Config) RunNode(ctx context.Context) error {
 			for pid := range main {
 				syscall.Kill(pid, syscall.SIGTERM)
 			}
-			time.Sleep(5 * time.Second)
+			// Give them up to 5 s to exit, reaping as they go.
+			for end := time.Now().Add(5 * time.Second); len(main) > 0 && time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+				for pid, ws := range reaped() {
+					if name, ok := main[pid]; ok {
+						log.Printf("node: %s exited: %v", name, ws)
+						delete(main, pid)
+					}
+				}
+			}
 			return nil
 		}
-		for {
-			var ws syscall.WaitStatus
-			pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
-			if pid <= 0 || err != nil {
-				break
-			}
+		for pid, ws := range reaped() {
 			if name, ok := main[pid]; ok {
 				return fmt.Errorf("node: %s exited: %v", name, ws)
 			}
 		}
 	}
 	return nil
+}
+
+// reaped collects every exited child without blocking and yields each
+// one's pid and wait status.
+func reaped() iter.Seq2[int, syscall.WaitStatus] {
+	return func(yield func(int, syscall.WaitStatus) bool) {
+		for {
+			var ws syscall.WaitStatus
+			pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+			if pid <= 0 || err != nil || !yield(pid, ws) {
+				return
+			}
+		}
+	}
 }
 
 func (c *Config) startNodeProc(p nodeProc) (int, error) {

@@ -33,11 +33,7 @@ func (c *Config) Up(ctx context.Context, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	done := step("install Debian packages")
-	if err := installPackages(ctx); err != nil {
-		return err
-	}
-	done()
+	// Build, which must have run, installed the Debian packages.
 	nodeIP, err := c.nodeIP()
 	if err != nil {
 		return err
@@ -58,7 +54,7 @@ func (c *Config) Up(ctx context.Context, w io.Writer) error {
 	if err := c.writeUserFiles(); err != nil {
 		return err
 	}
-	done = step("start etcd and the control plane")
+	done := step("start etcd and the control plane")
 	if err := c.startEtcd(ctx); err != nil {
 		return err
 	}

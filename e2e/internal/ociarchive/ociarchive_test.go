@@ -2,12 +2,15 @@ package ociarchive
 
 import (
 	"archive/tar"
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -33,7 +36,12 @@ func TestWrite(t *testing.T) {
 	if err := Write(out, img); err != nil {
 		t.Fatal(err)
 	}
-	blobs := readTar(t, out)
+	f, err := os.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	_, blobs := readTar(t, f)
 	var index struct {
 		Manifests []struct {
 			Digest      string
@@ -65,14 +73,17 @@ func TestWrite(t *testing.T) {
 	if len(manifest.Layers) != 1 || config.Rootfs.DiffIDs[0] != manifest.Layers[0].Digest {
 		t.Fatalf("layers %v, diff_ids %v", manifest.Layers, config.Rootfs.DiffIDs)
 	}
-	layer := readTarBytes(t, blob(t, blobs, manifest.Layers[0].Digest))
+	layer, contents := readTar(t, bytes.NewReader(blob(t, blobs, manifest.Layers[0].Digest)))
 	for _, want := range []string{"usr/", "usr/local/", "usr/local/bin/", "usr/local/bin/app", "usr/local/bin/app-link", "tmp/"} {
 		if _, ok := layer[want]; !ok {
-			t.Errorf("layer lacks %s (has %v)", want, keys(layer))
+			t.Fatalf("layer lacks %s (has %v)", want, slices.Sorted(maps.Keys(layer)))
 		}
 	}
 	if layer["tmp/"].Mode != 0o1777 || layer["usr/local/bin/app-link"].Linkname != "app" {
 		t.Errorf("tmp mode %o, link %q", layer["tmp/"].Mode, layer["usr/local/bin/app-link"].Linkname)
+	}
+	if app := layer["usr/local/bin/app"]; app.Mode != 0o755 || string(contents[app.Name]) != "#!/bin/true\n" {
+		t.Errorf("usr/local/bin/app: mode %o, contents %q; want 755, the source file's", app.Mode, contents[app.Name])
 	}
 }
 
@@ -89,19 +100,16 @@ func blob(t *testing.T, blobs map[string][]byte, digest string) []byte {
 	return b
 }
 
-func readTar(t *testing.T, path string) map[string][]byte {
+// readTar reads every entry of the tar stream r: its headers and the
+// contents of its regular files, by name.
+func readTar(t *testing.T, r io.Reader) (map[string]*tar.Header, map[string][]byte) {
 	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	files := map[string][]byte{}
-	tr := tar.NewReader(f)
+	hs, files := map[string]*tar.Header{}, map[string][]byte{}
+	tr := tar.NewReader(r)
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
-			return files
+			return hs, files
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -110,23 +118,7 @@ func readTar(t *testing.T, path string) map[string][]byte {
 		if err != nil {
 			t.Fatal(err)
 		}
-		files[h.Name] = b
-	}
-}
-
-func readTarBytes(t *testing.T, b []byte) map[string]*tar.Header {
-	t.Helper()
-	hs := map[string]*tar.Header{}
-	tr := tar.NewReader(strings.NewReader(string(b)))
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return hs
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		hs[h.Name] = h
+		hs[h.Name], files[h.Name] = h, b
 	}
 }
 
@@ -135,12 +127,4 @@ func mustJSON(t *testing.T, b []byte, v any) {
 	if err := json.Unmarshal(b, v); err != nil {
 		t.Fatalf("%s: %v", b, err)
 	}
-}
-
-func keys[V any](m map[string]V) []string {
-	var ks []string
-	for k := range m {
-		ks = append(ks, k)
-	}
-	return ks
 }
