@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -203,26 +204,37 @@ func goztPod(ctx context.Context, t *testing.T) *corev1.Pod {
 	return nil
 }
 
-const cniSelectorKey = "gozt-e2e/no-istio-cni"
+// cniOffKey is a node label istio-cni's DaemonSet is made to require (by
+// node affinity) to take it off the node.
+const cniOffKey = "gozt-e2e/istio-cni-off"
 
 // testReadyAfterSnapshot takes istio-cni off the node, restarts gozt, and
 // checks that gozt's readiness stays "not ready" (pending the workload
 // proxy manager) until istio-cni is back and has sent its snapshot.
+//
+// istio-cni is taken off by node affinity, not by nodeSelector: on shutdown
+// its agent (cni/pkg/nodeagent ShouldStopCleanup) treats a DaemonSet that
+// still exists as an upgrade and leaves its CNI plugin in the chain unless
+// the DaemonSet's node affinity no longer matches the node. A plugin left in
+// place holds a kubeconfig whose token was bound to the deleted agent pod, so
+// every pod sandbox on the node, gozt's own included, then fails with
+// "plugin type=istio-cni failed (add): Unauthorized" until istio-cni returns.
 func testReadyAfterSnapshot(ctx context.Context, t *testing.T) {
 	ds := cl.cs.AppsV1().DaemonSets(cluster.IstioNamespace)
-	setCNINodeSelector := func(on bool) {
+	setCNIOff := func(off bool) {
 		t.Helper()
-		val := "null"
-		if on {
-			val = `"true"`
+		affinity := "null"
+		if off {
+			affinity = fmt.Sprintf(`{"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":`+
+				`{"nodeSelectorTerms":[{"matchExpressions":[{"key":%q,"operator":"Exists"}]}]}}}`, cniOffKey)
 		}
-		patch := fmt.Sprintf(`{"spec":{"template":{"spec":{"nodeSelector":{%q:%s}}}}}`, cniSelectorKey, val)
+		patch := fmt.Sprintf(`{"spec":{"template":{"spec":{"affinity":%s}}}}`, affinity)
 		if _, err := ds.Patch(ctx, "istio-cni-node", types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 			t.Fatalf("patch istio-cni-node: %v", err)
 		}
 	}
-	setCNINodeSelector(true)
-	t.Cleanup(func() { setCNINodeSelector(false) })
+	setCNIOff(true)
+	t.Cleanup(func() { setCNIOff(false) })
 	waitNoPods(ctx, t, "k8s-app=istio-cni-node", 2*time.Minute)
 
 	old := goztPod(ctx, t)
@@ -249,7 +261,7 @@ func testReadyAfterSnapshot(ctx context.Context, t *testing.T) {
 	if !sawBlocker {
 		t.Errorf("gozt's %s never named the workload proxy manager as pending", url)
 	}
-	setCNINodeSelector(false)
+	setCNIOff(false)
 	waitPodsReady(ctx, t, cluster.IstioNamespace, "k8s-app=istio-cni-node", 2*time.Minute)
 	var code int
 	var body string
@@ -295,8 +307,30 @@ func waitNewGoztRunning(ctx context.Context, t *testing.T, old types.UID) *corev
 			}
 		}
 	}
-	t.Fatalf("no new gozt pod running")
+	t.Fatalf("no new gozt pod running after 2m: %s", podEvents(ctx, cluster.IstioNamespace, "app=ztunnel"))
 	return nil
+}
+
+// podEvents says, for a failure message, the newest event of each pod that
+// sel matches: why a sandbox or container did not start.
+func podEvents(ctx context.Context, ns, sel string) string {
+	pods, err := cl.cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: sel})
+	if err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for _, p := range pods.Items {
+		fmt.Fprintf(&b, "[%s %s", p.Name, p.Status.Phase)
+		evs, err := cl.cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.uid=" + string(p.UID)})
+		if err == nil && len(evs.Items) > 0 {
+			e := slices.MaxFunc(evs.Items, func(x, y corev1.Event) int {
+				return x.LastTimestamp.Compare(y.LastTimestamp.Time)
+			})
+			fmt.Fprintf(&b, ": %s %s", e.Reason, e.Message)
+		}
+		b.WriteString("] ")
+	}
+	return b.String()
 }
 
 func httpGet(ctx context.Context, url string) (int, string, error) {
