@@ -28,9 +28,10 @@ import (
 
 // env is the cluster under test.
 type env struct {
-	cs   *kubernetes.Clientset
-	rc   *rest.Config
-	repo string
+	cs         *kubernetes.Clientset
+	rc         *rest.Config
+	kubeconfig string // its path (GOZT_E2E_KUBECONFIG)
+	repo       string
 }
 
 var cl *env
@@ -50,7 +51,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		os.Exit(1)
 	}
-	cl = &env{cs: kubernetes.NewForConfigOrDie(rc), rc: rc, repo: ".."}
+	cl = &env{cs: kubernetes.NewForConfigOrDie(rc), rc: rc, kubeconfig: kc, repo: ".."}
 	os.Exit(m.Run())
 }
 

@@ -14,8 +14,9 @@ import (
 // debPackages are what the cluster needs from Debian: the runtime, the CNI
 // plugins, and the tools kube-proxy, the kubelet and teardown run (ipset
 // removes the sets istio-cni's node agent makes in the host's network
-// namespace).
-var debPackages = []string{"containerd", "runc", "containernetworking-plugins", "iptables", "ipset", "conntrack", "iproute2", "mount"}
+// namespace), and Prometheus, which scenario 10 runs on the node as Istio's
+// addon would in the cluster.
+var debPackages = []string{"containerd", "runc", "containernetworking-plugins", "iptables", "ipset", "conntrack", "iproute2", "mount", "prometheus"}
 
 // debianCNIDir is where Debian's containernetworking-plugins installs.
 const debianCNIDir = "/usr/lib/cni"

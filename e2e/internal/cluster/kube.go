@@ -169,6 +169,10 @@ func (c *Config) kubeletCommand(nodeIP string) (nodeProc, error) {
 		"--config=" + cfg, "--kubeconfig=" + filepath.Join(pkiDir(), "kubelet.kubeconfig"),
 		"--root-dir=" + kubeletRoot(), "--cert-dir=" + filepath.Join(StateDir, "kubelet-pki"),
 		"--hostname-override=" + NodeName, "--node-ip=" + nodeIP, "--v=1",
+		// cAdvisor's containerd handler (the container="..." series of
+		// /metrics/cadvisor, which Istio's dashboard reads) looks for the
+		// default socket unless told; this flag has no config-file field.
+		"--containerd=" + containerdSock(),
 	}
 	return nodeProc{Name: "kubelet", Bin: c.bin("kubelet"), Args: args}, nil
 }
