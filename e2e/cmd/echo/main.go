@@ -8,6 +8,8 @@
 //	echo dial [-hold D] ADDR [MESSAGE] connect, send MESSAGE, (wait D, the
 //	                                   connection open,) half-close, and
 //	                                   print what came back
+//	echo lookup NAME                   resolve NAME through the pod's
+//	                                   resolv.conf, print "addrs=A,B"
 //
 // Its image is localhost/gozt-e2e/echo:dev in the e2e cluster.
 package main
@@ -34,6 +36,8 @@ func main() {
 		err = serve(os.Args[2:])
 	case "dial":
 		err = dial(os.Args[2:])
+	case "lookup":
+		err = lookup(os.Args[2:])
 	default:
 		err = fmt.Errorf("unknown command %q", os.Args[1])
 	}
