@@ -251,6 +251,7 @@ func TestScenario8(t *testing.T) {
 				leaf.NotBefore.Format(time.RFC3339), leaf.NotAfter.Format(time.RFC3339), len(c.CertChain))
 		})
 	}
+	t.Run("NodeAuthorizer", func(t *testing.T) { testNodeAuthorizer(ctx, t, ns, gozt, roots) })
 }
 
 func poolOf(c *x509.Certificate) *x509.CertPool {
