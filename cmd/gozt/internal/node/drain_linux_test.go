@@ -7,9 +7,10 @@ import (
 	"io"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/gozt/gozt/internal/tcptest"
 )
 
 // TestSharedModeDrainPassesHalfCloses is SIGTERM's drain in shared mode
@@ -256,27 +257,11 @@ func carries(n *sharedNode, uid string, h heldConn) bool {
 // until the client half-closes, then writes eofTrailer and closes.
 func startEOFTrailerApp(t *testing.T, p pod, port int) {
 	t.Helper()
-	var ln net.Listener
-	inPod(t, p, func() (err error) {
-		ln, err = net.Listen("tcp", fmt.Sprintf(":%d", port))
-		return err
-	})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Go(func() {
-				defer c.Close()
-				if _, err := io.Copy(c, c); err == nil {
-					io.WriteString(c, eofTrailer)
-				}
-			})
+	tcptest.Serve(t, listenIn(t, p, port), func(c net.Conn) {
+		if _, err := io.Copy(c, c); err == nil {
+			io.WriteString(c, eofTrailer)
 		}
 	})
-	t.Cleanup(func() { ln.Close(); wg.Wait() })
 }
 
 // startFinFirstApp listens on port inside p; on each connection it waits
@@ -284,37 +269,32 @@ func startEOFTrailerApp(t *testing.T, p pod, port int) {
 // what the client still sends until EOF and reports it on the channel.
 func startFinFirstApp(t *testing.T, p pod, port int) <-chan string {
 	t.Helper()
+	got := make(chan string, 4)
+	tcptest.Serve(t, listenIn(t, p, port), func(c net.Conn) {
+		c.SetDeadline(time.Now().Add(30 * time.Second))
+		if _, err := c.Read(make([]byte, 1)); err != nil {
+			return
+		}
+		io.WriteString(c, "bye")
+		c.(*net.TCPConn).CloseWrite()
+		rest, err := io.ReadAll(c)
+		if err != nil {
+			rest = append(rest, " (then "+err.Error()+")"...)
+		}
+		got <- string(rest)
+	})
+	return got
+}
+
+// listenIn listens on port of every address inside pod p.
+func listenIn(t *testing.T, p pod, port int) net.Listener {
+	t.Helper()
 	var ln net.Listener
 	inPod(t, p, func() (err error) {
 		ln, err = net.Listen("tcp", fmt.Sprintf(":%d", port))
 		return err
 	})
-	got := make(chan string, 4)
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Go(func() {
-				defer c.Close()
-				c.SetDeadline(time.Now().Add(30 * time.Second))
-				if _, err := c.Read(make([]byte, 1)); err != nil {
-					return
-				}
-				io.WriteString(c, "bye")
-				c.(*net.TCPConn).CloseWrite()
-				rest, err := io.ReadAll(c)
-				if err != nil {
-					rest = append(rest, " (then "+err.Error()+")"...)
-				}
-				got <- string(rest)
-			})
-		}
-	})
-	t.Cleanup(func() { ln.Close(); wg.Wait() })
-	return got
+	return ln
 }
 
 // checkFinFirst triggers the app's half-close on h: h must read "bye" and
