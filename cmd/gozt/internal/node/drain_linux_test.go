@@ -24,9 +24,15 @@ import (
 // into the old one's inbound among those that must finish. In both, pod A
 // also holds a connection to B on another node, whose gozt keeps running.
 func TestSharedModeDrainPassesHalfCloses(t *testing.T) {
-	t.Run("alone", func(t *testing.T) { testSharedDrain(t, false) })
-	t.Run("successor", func(t *testing.T) { testSharedDrain(t, true) })
+	t.Run("alone", func(t *testing.T) { testSharedDrain(t, noSuccessor) })
+	t.Run("successor", func(t *testing.T) { testSharedDrain(t, withSuccessor) })
 }
+
+// testSharedDrain's successor argument.
+const (
+	noSuccessor   = false
+	withSuccessor = true
+)
 
 // drainDeadline is the drain deadline of these tests: long enough for
 // every check made during the drain, short enough for a test.
