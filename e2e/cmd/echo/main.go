@@ -8,6 +8,12 @@
 //	echo dial [-hold D] ADDR [MESSAGE] connect, send MESSAGE, (wait D, the
 //	                                   connection open,) half-close, and
 //	                                   print what came back
+//	echo dial -every I -for D [-hold H] ADDR [MESSAGE]
+//	                                   open a new connection every I for D,
+//	                                   each sending MESSAGE-SEQ and checking
+//	                                   its echo (loop.go); print one summary
+//	                                   line, then each failure, and exit 1
+//	                                   if any failed
 //	echo lookup NAME                   resolve NAME through the pod's
 //	                                   resolv.conf, print "addrs=A,B"
 //
@@ -27,7 +33,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: echo serve [-addr :8080] | echo dial [-hold D] ADDR [MESSAGE]")
+		fmt.Fprintln(os.Stderr, "usage: echo serve [-addr :8080] | echo dial [-every I -for D] [-hold D] ADDR [MESSAGE] | echo lookup NAME")
 		os.Exit(2)
 	}
 	var err error
@@ -35,7 +41,7 @@ func main() {
 	case "serve":
 		err = serve(os.Args[2:])
 	case "dial":
-		err = dial(os.Args[2:])
+		err = dial(os.Args[2:], os.Stdout)
 	case "lookup":
 		err = lookup(os.Args[2:])
 	default:
@@ -58,6 +64,12 @@ func serve(args []string) error {
 		return err
 	}
 	log.Printf("listening on %v", ln.Addr())
+	return serveOn(ln)
+}
+
+// serveOn answers every connection ln accepts, each on its own goroutine,
+// until ln is closed.
+func serveOn(ln net.Listener) error {
 	for {
 		c, err := ln.Accept()
 		if err != nil {
@@ -81,9 +93,19 @@ func handle(c net.Conn) {
 	}
 }
 
-func dial(args []string) error {
+// dialTimeout bounds each connect; ioTimeout bounds each connection's
+// exchange, on top of its -hold.
+const (
+	dialTimeout = 5 * time.Second
+	ioTimeout   = 10 * time.Second
+)
+
+// dial runs `echo dial` with args, writing what it prints to stdout.
+func dial(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("dial", flag.ContinueOnError)
 	hold := fs.Duration("hold", 0, "how long to keep the connection open before half-closing")
+	every := fs.Duration("every", 0, "open a new connection this often (with -for)")
+	dur := fs.Duration("for", 0, "how long to keep opening connections (with -every)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -95,12 +117,18 @@ func dial(args []string) error {
 	if len(args) > 1 {
 		msg = args[1]
 	}
-	c, err := net.DialTimeout("tcp", args[0], 5*time.Second)
+	if *every != 0 || *dur != 0 {
+		if *every <= 0 || *dur <= 0 {
+			return errors.New("dial: -every and -for go together, each a positive duration")
+		}
+		return loop{addr: args[0], msg: msg, every: *every, dur: *dur, hold: *hold}.run(stdout)
+	}
+	c, err := net.DialTimeout("tcp", args[0], dialTimeout)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(*hold + 10*time.Second))
+	c.SetDeadline(time.Now().Add(*hold + ioTimeout))
 	if _, err := io.WriteString(c, msg); err != nil {
 		return err
 	}
@@ -108,6 +136,6 @@ func dial(args []string) error {
 	if err := c.(*net.TCPConn).CloseWrite(); err != nil {
 		return err
 	}
-	_, err = io.Copy(os.Stdout, c)
+	_, err = io.Copy(stdout, c)
 	return err
 }
