@@ -515,6 +515,9 @@ func (n *Node) start() {
 	if n.crl != nil {
 		n.run.Go("crl", n.watchCRL)
 	}
+	if rootFile(n.opts.Env.CARootCA) != "" {
+		n.run.Go("ca root file", n.watchRoots)
+	}
 	n.run.Go("connmgr", n.connmgr.Run)
 	n.run.Go("admission", n.admission.Run)
 	n.run.Go("metrics series", func(ctx context.Context) error { return n.metrics.SweepSeries(ctx, n.store) })
