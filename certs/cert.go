@@ -16,18 +16,22 @@ import (
 // and the roots it trusts.
 //
 // A Cert is immutable after NewCert: the exported fields must not be
-// modified, and the cached TLS certificate and root pool are built once and
-// shared by every handshake that uses the Cert.
+// modified, and the cached TLS certificate is built once and shared by
+// every handshake that uses the Cert. A Cert a Manager hands out verifies
+// peers against the Manager's roots (RootPool, TrustedRoots), which change
+// while the CA rotates its root; any other verifies them against Roots.
 type Cert struct {
 	Identity identity.Identity
 	Chain    []*x509.Certificate // leaf first, then intermediates
 	Key      crypto.Signer
-	Roots    []*x509.Certificate // trust anchors (may be several during root rotation)
+	Roots    []*x509.Certificate // the CA's root bundle for this leaf (may be several during root rotation)
 
 	tlsCert tls.Certificate
-	pool    *x509.CertPool
-	bundle  *x509bundle.Bundle // Roots as the bundle of Identity's trust domain
-	crl     *CRL               // revocations peers are checked against, or nil
+	td      spiffeid.TrustDomain
+	own     *trustSet         // Roots, the trust of a Cert no Manager handed out
+	trust   *trust            // the Manager's roots, or nil: own
+	anchor  *x509.Certificate // the one root of Roots the chain verifies to, or nil if several
+	crl     *CRL              // revocations peers are checked against, or nil
 }
 
 // WithCRL returns a copy of c whose handshakes (ServerConfig, ClientConfig)
@@ -37,6 +41,14 @@ func (c *Cert) WithCRL(crl *CRL) *Cert {
 	cp := *c
 	cp.crl = crl
 	return &cp
+}
+
+// trusted returns the roots c verifies peers against now.
+func (c *Cert) trusted() *trustSet {
+	if c.trust != nil {
+		return c.trust.set.Load()
+	}
+	return c.own
 }
 
 // CRL returns the revocations c's handshakes check, or nil.
@@ -78,18 +90,19 @@ func NewCert(id identity.Identity, chain []*x509.Certificate, key crypto.Signer,
 		Chain:    append([]*x509.Certificate(nil), chain...),
 		Key:      key,
 		Roots:    append([]*x509.Certificate(nil), roots...),
-		pool:     x509.NewCertPool(),
+		td:       td,
 	}
 	for _, r := range c.Roots {
 		if r == nil {
 			return nil, ErrNoRoots
 		}
-		c.pool.AddCert(r)
 	}
-	c.bundle = x509bundle.FromX509Authorities(td, c.Roots)
-	if _, err := verifySVID(c.Chain, c.bundle, sans[0], time.Now()); err != nil {
+	c.own = ownTrustSet(c.Roots)
+	chains, err := verifySVID(c.Chain, x509bundle.FromX509Authorities(td, c.Roots), sans[0], time.Now())
+	if err != nil {
 		return nil, err
 	}
+	c.anchor = soleAnchor(chains)
 	der := make([][]byte, len(c.Chain))
 	for i, cert := range c.Chain {
 		der[i] = cert.Raw
@@ -120,9 +133,17 @@ func intermediatePool(certs []*x509.Certificate) *x509.CertPool {
 // callers must not modify it.
 func (c *Cert) TLSCertificate() *tls.Certificate { return &c.tlsCert }
 
-// RootPool returns the pool of trusted roots. It is shared: callers must
-// not modify it.
-func (c *Cert) RootPool() *x509.CertPool { return c.pool }
+// RootPool returns the pool of roots c verifies peers against now: for a
+// Cert a Manager handed out, the Manager's current roots. It is shared:
+// callers must not modify it.
+func (c *Cert) RootPool() *x509.CertPool { return c.trusted().pool }
+
+// TrustedRoots returns the roots c verifies peers against now (a new
+// slice): for a Cert a Manager handed out, every root the Manager trusts,
+// which during a root rotation holds old and new roots.
+func (c *Cert) TrustedRoots() []*x509.Certificate {
+	return append([]*x509.Certificate(nil), c.trusted().certs...)
+}
 
 // NotBefore returns the start of the leaf's validity.
 func (c *Cert) NotBefore() time.Time { return c.Chain[0].NotBefore }

@@ -18,6 +18,14 @@
 // leafs with several URI SANs, which x509svid refuses. PeerIdentity reads
 // the verified peer identity after a handshake.
 //
+// Every Cert a Manager hands out verifies peers against the Manager's
+// roots: the union of the root bundles the CA has answered (trust.go). When
+// the CA answers with a new root, or RootsChanged says its root file
+// changed, old and new roots are trusted at once and Run fetches every
+// certificate again without waiting for half-life; a root the CA no longer
+// answers is dropped once no leaf known to need it is valid, or
+// ManagerConfig.RootGrace after, whichever is first (istio/ztunnel#1679).
+//
 // A CRL (LoadCRL, CRL_PATH) adds revocation checks: a Cert carrying it
 // (Cert.WithCRL, or every Cert of a Manager with ManagerConfig.CRL) fails
 // handshakes whose peer chain it revokes with ErrCertRevoked. CRL.Watch

@@ -28,6 +28,10 @@ type ManagerConfig struct {
 	// CRL is attached to every certificate the manager hands out
 	// (Cert.WithCRL), so that handshakes with them check it; or nil.
 	CRL *CRL
+	// RootGrace is how long, at most, a root the CA no longer answers
+	// stays trusted after its first answer without it (see Manager). If
+	// zero, DefaultRootGrace is used.
+	RootGrace time.Duration
 }
 
 // Backoff after a failed issue (SPEC §6.3): 1s, ×2 per failure, ±20%
@@ -71,9 +75,20 @@ type State struct {
 //     slot by priority (slots.go): real time (a Get waits) > warmup
 //     (prefetch, or no valid cert) > background (rotation). A Get that
 //     joins a waiting call raises it to real time.
+//
+// Root rotation (istio/ztunnel#1679): every certificate the manager hands
+// out verifies peers against one set of roots, the union of the CA's
+// answers (trust.go). When an answer brings a root the set lacks, or
+// RootsChanged says the CA's root file changed, a new root generation
+// starts: the set trusts old and new roots at once, and Run fetches every
+// certificate of an older generation again without waiting for half-life.
+// A root the CA stops answering is dropped once no leaf known to need it
+// (ours, or a peer's seen in a handshake) is still valid, or RootGrace
+// after it was retired, whichever is first.
 type Manager struct {
 	issuer Issuer
 	crl    *CRL // or nil
+	trust  *trust
 	log    *slog.Logger
 	now    func() time.Time
 	wake   chan struct{} // 1-buffered: the refresh schedule changed
@@ -83,6 +98,7 @@ type Manager struct {
 	running bool                   // a Run is active
 	free    int                    // unused Issue slots
 	queue   [numPriorities][]*call // calls waiting for a slot, oldest first
+	gen     uint64                 // root generation: bumped when the roots change
 
 	// issuerStatus is the issuer's latest outcomes, for the admin live
 	// view; guarded by mu.
@@ -132,6 +148,7 @@ type entry struct {
 	failures int       // consecutive failures, for backoff
 	next     time.Time // when Run should (re)issue; zero: not scheduled
 	call     *call     // in-flight Issue, or nil
+	gen      uint64    // root generation cert was fetched in
 }
 
 // call is one in-flight Issue; result fields are written before done closes.
@@ -142,6 +159,7 @@ type call struct {
 	err  error
 
 	// Guarded by Manager.mu.
+	gen    uint64 // root generation when the call started
 	prio   priority
 	run    bool               // started by Run (prefetch, rotation, retry)
 	cancel context.CancelFunc // for a Run call: cancels ctx (Forget)
@@ -157,6 +175,7 @@ func NewManager(cfg ManagerConfig) *Manager {
 	m := &Manager{
 		issuer:  cfg.Issuer,
 		crl:     cfg.CRL,
+		trust:   newTrust(cfg.RootGrace),
 		log:     cfg.Logger,
 		now:     cfg.Now,
 		free:    maxInFlight,
@@ -242,7 +261,7 @@ func (m *Manager) entryLocked(id identity.Identity) *entry {
 // startLocked registers a new in-flight call on e, issued under ctx at
 // priority prio.
 func (m *Manager) startLocked(ctx context.Context, e *entry, prio priority) *call {
-	cl := &call{done: make(chan struct{}), ctx: ctx, prio: prio}
+	cl := &call{done: make(chan struct{}), ctx: ctx, prio: prio, gen: m.gen}
 	e.call = cl
 	return cl
 }
@@ -251,6 +270,8 @@ func (m *Manager) startLocked(ctx context.Context, e *entry, prio priority) *cal
 // outcome on e and releases cl's waiters.
 func (m *Manager) issue(e *entry, cl *call) {
 	cert, err := m.issueOne(cl, e.id)
+	// Learn the answer's roots before any caller can handshake with it.
+	newRoot := err == nil && m.trust.learn(cert, m.now())
 	cl.cert, cl.err = cert, err
 
 	m.mu.Lock()
@@ -261,13 +282,22 @@ func (m *Manager) issue(e *entry, cl *call) {
 	if err == nil || cl.ctx.Err() == nil {
 		m.noteIssueLocked(now, err)
 	}
+	if newRoot {
+		m.log.Info("the CA answered with a new root; trusting old and new roots, fetching every certificate again",
+			"identity", e.id.String())
+		m.rotateLocked(now)
+		cl.gen = m.gen // this answer is already from the new chain
+	}
 	if m.entries[e.id] != e {
 		return // forgotten meanwhile
 	}
 	switch {
 	case err == nil:
-		e.cert, e.err, e.failures = cert, nil, 0
+		e.cert, e.err, e.failures, e.gen = cert, nil, 0, cl.gen
 		e.next = cert.RefreshTime()
+		if e.gen != m.gen {
+			e.next = now // asked before the roots changed: again, from the new chain
+		}
 		m.log.Debug("certificate issued", "identity", e.id.String(), "notAfter", cert.NotAfter(), "refresh", e.next)
 	case cl.ctx.Err() != nil:
 		// The caller gave up (or Run stopped); that says nothing about the
@@ -306,10 +336,39 @@ func (m *Manager) issueOne(cl *call, id identity.Identity) (*Cert, error) {
 		return nil, fmt.Errorf("%w: issued for %v, requested %v", ErrIdentityMismatch, cert.Identity, id)
 	case !cert.validAt(m.now()):
 		return nil, fmt.Errorf("certs: issue %v: %w (notAfter %v)", id, ErrExpired, cert.NotAfter())
-	case m.crl != nil:
-		cert = cert.WithCRL(m.crl)
 	}
-	return cert, nil
+	bound := *cert // verifies peers against every root the manager trusts
+	bound.trust = m.trust
+	if m.crl != nil {
+		bound.crl = m.crl
+	}
+	return &bound, nil
+}
+
+// rotateLocked starts a new root generation: every certificate fetched in
+// an older one is fetched again at once (by Run, at background priority)
+// rather than at half-life, so the node's leaves move to the CA's new
+// chain while the old root is still trusted. A fetch in flight finishes
+// and is then made again.
+func (m *Manager) rotateLocked(now time.Time) {
+	m.gen++
+	for _, e := range m.entries {
+		if e.cert != nil && e.call == nil && (e.next.IsZero() || e.next.After(now)) {
+			e.next = now
+		}
+	}
+	m.wakeLocked()
+}
+
+// RootsChanged tells m that the CA's roots may have changed (its root
+// certificate file did): as when an answer brings a new root, Run fetches
+// every certificate again at once, and an answer with a new root is
+// trusted beside the old ones.
+func (m *Manager) RootsChanged() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.log.Info("CA roots changed; fetching every certificate again")
+	m.rotateLocked(m.now())
 }
 
 // backoff returns the delay before retry number n (n ≥ 1).
@@ -395,8 +454,9 @@ func (e *entry) statusLocked(now time.Time) string {
 	return StatusInitializing
 }
 
-// Run fetches prefetched identities and refreshes cached certificates at
-// half-life until ctx is done; on failure it keeps serving the old
+// Run fetches prefetched identities, refreshes cached certificates at
+// half-life (at once after the roots changed) and drops old roots (see
+// Manager) until ctx is done; on failure it keeps serving the old
 // still-valid cert and retries with backoff (1s ×2 ±20% jitter, max 150s,
 // and no later than the cert's expiry). It returns nil after ctx is done,
 // only once every goroutine it started has exited, or ErrManagerRunning if
@@ -436,14 +496,18 @@ func (m *Manager) Run(ctx context.Context) error {
 // arrives as soon as something is).
 const idleWait = time.Hour
 
-// startDue starts a fetch for every entry that is due and has no Issue in
-// flight (at warmup priority without a valid cert, else background), and
-// returns how long to wait until the next one is due.
+// startDue drops the old roots whose time is up, starts a fetch for every
+// entry that is due and has no Issue in flight (at warmup priority without
+// a valid cert, else background), and returns how long to wait until the
+// next one is due.
 func (m *Manager) startDue(ctx context.Context, wg *sync.WaitGroup) time.Duration {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.now()
 	wait := idleWait
+	if drop := m.trust.prune(now, m.log); !drop.IsZero() {
+		wait = min(wait, drop.Sub(now))
+	}
 	for _, e := range m.entries {
 		if e.next.IsZero() || e.call != nil {
 			continue

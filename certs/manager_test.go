@@ -33,6 +33,7 @@ type fakeIssuer struct {
 	block   chan struct{}       // if non-nil, Issue waits for it to close (or ctx)
 	gate    chan struct{}       // if non-nil, Issue waits for one value from it (or ctx)
 	issueAs *identity.Identity  // if non-nil, issue for this identity instead
+	roots   []*x509.Certificate // if non-nil, the root bundle answered instead of ca's roots
 }
 
 var errCADown = errors.New("CA unavailable")
@@ -48,7 +49,7 @@ func (f *fakeIssuer) Issue(ctx context.Context, id identity.Identity) (*certs.Ce
 	f.mu.Lock()
 	f.times = append(f.times, time.Now())
 	f.ids = append(f.ids, id)
-	fail, block, gate, as := f.fail, f.block, f.gate, f.issueAs
+	fail, block, gate, as, ca, roots := f.fail, f.block, f.gate, f.issueAs, f.ca, f.roots
 	f.mu.Unlock()
 	if block != nil {
 		select {
@@ -79,7 +80,7 @@ func (f *fakeIssuer) Issue(ctx context.Context, id identity.Identity) (*certs.Ce
 		return nil, err
 	}
 	now := time.Now()
-	leaf, err := f.ca.IssueWithTemplate(ctx, key, &x509.Certificate{
+	leaf, err := ca.IssueWithTemplate(ctx, key, &x509.Certificate{
 		URIs:        []*url.URL{u},
 		NotBefore:   now,
 		NotAfter:    now.Add(f.ttl),
@@ -89,7 +90,10 @@ func (f *fakeIssuer) Issue(ctx context.Context, id identity.Identity) (*certs.Ce
 	if err != nil {
 		return nil, err
 	}
-	return certs.NewCert(id, []*x509.Certificate{leaf}, key, f.ca.Roots())
+	if roots == nil {
+		roots = ca.Roots()
+	}
+	return certs.NewCert(id, append([]*x509.Certificate{leaf}, ca.Intermediates()...), key, roots)
 }
 
 func (f *fakeIssuer) calls() int {

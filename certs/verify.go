@@ -20,8 +20,10 @@ const maxPeerChainLen = 8
 // verifyClient checks an inbound client (SPEC §2.1, §6.5), once per
 // handshake: TLS 1.3 and h2, then the client leaf's URI SAN as encoded (one
 // only, a strict SPIFFE workload identity in c's trust domain), then the
-// chain as an X.509-SVID of c's trust domain valid for client auth, with
-// some verified path on which c's CRL (if any) revokes nothing.
+// chain as an X.509-SVID of c's trust domain, verified to the roots c
+// trusts now, valid for client auth, with some verified path on which c's
+// CRL (if any) revokes nothing. An accepted client is recorded as needing
+// the root it verified to (trustSet.need).
 //
 // SPEC §2.1 asks for at least one SPIFFE URI SAN in the server's trust
 // domain, and ztunnel picks among several. An X.509-SVID has exactly one
@@ -50,7 +52,8 @@ func verifyClient(c *Cert, p Policy, cs *tls.ConnectionState, now time.Time) err
 	if id.TrustDomain != c.Identity.TrustDomain {
 		return fmt.Errorf("%w: client %q, server %q", ErrTrustDomainMismatch, id.TrustDomain, c.Identity.TrustDomain)
 	}
-	chains, err := verifySVID(peer, c.bundle, sans[0], now)
+	trusted := c.trusted()
+	chains, err := verifySVID(peer, x509bundle.FromX509Authorities(c.td, trusted.certs), sans[0], now)
 	if err != nil {
 		return err
 	}
@@ -60,13 +63,15 @@ func verifyClient(c *Cert, p Policy, cs *tls.ConnectionState, now time.Time) err
 	if !allowsUsage(chains, x509.ExtKeyUsageClientAuth) {
 		return fmt.Errorf("%w: client chain not valid for client authentication", ErrUntrusted)
 	}
+	trusted.need(soleAnchor(chains), peer[0].NotAfter)
 	return nil
 }
 
 // verifyServer checks an outbound server (SPEC §2.1, §6.5), once per
-// handshake: TLS 1.3 and h2, a leaf that is not a CA, a chain to c's roots
-// valid for server auth on which c's CRL (if any) revokes nothing, and some
-// URI SAN of the leaf exactly in want.
+// handshake: TLS 1.3 and h2, a leaf that is not a CA, a chain to the roots
+// c trusts now valid for server auth on which c's CRL (if any) revokes
+// nothing, and some URI SAN of the leaf exactly in want. An accepted
+// server is recorded as needing the root it verified to.
 //
 // This is not x509svid.Verify, which would refuse what SPEC §2.1 and
 // ztunnel accept: a server leaf with several URI SANs of which one is
@@ -84,8 +89,9 @@ func verifyServer(c *Cert, p Policy, want []string, cs *tls.ConnectionState, now
 	if isCALeaf(leaf) {
 		return ErrBadLeaf
 	}
+	trusted := c.trusted()
 	opts := x509.VerifyOptions{
-		Roots:         c.RootPool(),
+		Roots:         trusted.pool,
 		Intermediates: intermediatePool(peer[1:]),
 		CurrentTime:   now,
 		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
@@ -94,7 +100,7 @@ func verifyServer(c *Cert, p Policy, want []string, cs *tls.ConnectionState, now
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrUntrusted, err)
 	}
-	if _, err := c.crl.unrevoked(chains); err != nil {
+	if chains, err = c.crl.unrevoked(chains); err != nil {
 		return err
 	}
 	sans, err := uriSANs(leaf)
@@ -103,6 +109,7 @@ func verifyServer(c *Cert, p Policy, want []string, cs *tls.ConnectionState, now
 	}
 	for _, s := range sans {
 		if slices.Contains(want, s) {
+			trusted.need(soleAnchor(chains), leaf.NotAfter)
 			return nil
 		}
 	}

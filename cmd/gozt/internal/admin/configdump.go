@@ -166,7 +166,9 @@ func certificates(states []certs.State) []certJSON {
 			for _, c := range s.Cert.Chain {
 				cj.CertChain = append(cj.CertChain, certItem(c))
 			}
-			for _, c := range s.Cert.Roots {
+			// What gozt trusts now: during a root rotation, old and new
+			// roots, whichever the identity's own leaf comes from.
+			for _, c := range s.Cert.TrustedRoots() {
 				cj.RootCerts = append(cj.RootCerts, certItem(c))
 			}
 		}

@@ -136,6 +136,11 @@ type Config struct {
 	// bounds the label sets of each istio_tcp_* counter
 	// (proxy.MetricsConfig.MaxSeries).
 	MetricsMaxSeries int `json:"metricsMaxSeries"`
+	// RootRotationGrace (ROOT_ROTATION_GRACE, gozt only, default 24h) is
+	// how long, at most, a root the CA stopped answering stays trusted
+	// for peers (certs.ManagerConfig.RootGrace); it goes sooner once
+	// every leaf known to need it has expired.
+	RootRotationGrace time.Duration `json:"rootRotationGrace"`
 	// AdminPort and StatsPort are ProxyConfig's proxyAdminPort and
 	// statsPort (15000 and 15020 if unset).
 	AdminPort uint16 `json:"adminPort"`
@@ -208,6 +213,7 @@ func load(environ []string, meshPath string) (Config, error) {
 	c.LocalhostAppTunnel = l.boolean("LOCALHOST_APP_TUNNEL", true)
 	c.MetricsSeriesGrace = l.duration("METRICS_SERIES_GRACE", 5*time.Minute)
 	c.MetricsMaxSeries = l.positiveInt("METRICS_MAX_SERIES", 20_000)
+	c.RootRotationGrace = l.duration("ROOT_ROTATION_GRACE", 24*time.Hour)
 	var envMeta map[string]string
 	envMeta, c.MetaJSON, c.XDSHeaders, c.CAHeaders = prefixed(&l, environ)
 	c.Meta = pc.metadata(envMeta)

@@ -51,6 +51,7 @@ func TestDefaults(t *testing.T) {
 		"ipv6":               {c.IPv6Enabled, true},
 		"series grace":       {c.MetricsSeriesGrace, 5 * time.Minute},
 		"max series":         {c.MetricsMaxSeries, 20000},
+		"root grace":         {c.RootRotationGrace, 24 * time.Hour},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("default %s = %v, want %v", name, tc.got, tc.want)
@@ -123,6 +124,10 @@ func TestValues(t *testing.T) {
 	if err != nil || c.MetricsSeriesGrace != 30*time.Second || c.MetricsMaxSeries != 500 {
 		t.Errorf("METRICS_SERIES_GRACE %v, METRICS_MAX_SERIES %d, %v; want 30s, 500", c.MetricsSeriesGrace, c.MetricsMaxSeries, err)
 	}
+	c, err = Load([]string{"ROOT_ROTATION_GRACE=2h"})
+	if err != nil || c.RootRotationGrace != 2*time.Hour {
+		t.Errorf("ROOT_ROTATION_GRACE = %v, %v; want 2h", c.RootRotationGrace, err)
+	}
 }
 
 // TestBadValues: each bad value is one error naming the variable.
@@ -135,6 +140,7 @@ func TestBadValues(t *testing.T) {
 		"POOL_MAX_STREAMS_PER_CONNECTION=0",
 		"METRICS_SERIES_GRACE=0s",
 		"METRICS_MAX_SERIES=-1",
+		"ROOT_ROTATION_GRACE=0s",
 		"HTTP2_STREAM_WINDOW_SIZE=0",
 		"HTTP2_FRAME_SIZE=1000",
 		"ENABLE_ORIG_SRC=maybe",

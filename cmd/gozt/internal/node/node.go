@@ -237,7 +237,9 @@ func (n *Node) buildControlPlane() error {
 		return fmt.Errorf("CA_ADDRESS: %w", err)
 	}
 	n.crl = n.loadCRL()
-	n.certs = certs.NewManager(certs.ManagerConfig{Issuer: n.ca, Logger: n.log.With("scope", "certs"), CRL: n.crl})
+	n.certs = certs.NewManager(certs.ManagerConfig{
+		Issuer: n.ca, Logger: n.log.With("scope", "certs"), CRL: n.crl, RootGrace: env.RootRotationGrace,
+	})
 	n.registry.MustRegister(admin.NewCertExpiry(n.certs.States))
 	if env.XDSAddress == "" {
 		n.ready.Unblock(blockState)
@@ -512,6 +514,9 @@ func (n *Node) start() {
 	n.run.Go("certs", n.certs.Run)
 	if n.crl != nil {
 		n.run.Go("crl", n.watchCRL)
+	}
+	if rootFile(n.opts.Env.CARootCA) != "" {
+		n.run.Go("ca root file", n.watchRoots)
 	}
 	n.run.Go("connmgr", n.connmgr.Run)
 	n.run.Go("admission", n.admission.Run)
