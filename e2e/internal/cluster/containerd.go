@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
@@ -99,8 +100,9 @@ func (c *Config) waitContainerd(ctx context.Context) error {
 	})
 }
 
-// importImages imports every archive in ImageDir and gozt's image, and
-// tags gozt's image with the reference the ztunnel values name.
+// importImages imports every archive in ImageDir and gozt's image, tags
+// gozt's image with the reference the ztunnel values name, and tags it
+// once more as RollImage(goztRef), the second tag a DaemonSet roll moves to.
 func (c *Config) importImages(ctx context.Context, goztRef string) error {
 	archives, err := filepath.Glob(filepath.Join(c.ImageDir(), "*.tar"))
 	if err != nil {
@@ -117,20 +119,24 @@ func (c *Config) importImages(ctx context.Context, goztRef string) error {
 		return fmt.Errorf("ctr images ls: %w", err)
 	}
 	have := strings.Fields(string(out))
-	for _, r := range have {
-		if r == goztRef {
-			return nil
+	if !slices.Contains(have, goztRef) {
+		// make image names the image after `gozt version`; the values
+		// file may name another tag of the same image.
+		i := slices.IndexFunc(have, func(r string) bool { return strings.HasPrefix(r, repoOf(goztRef)+":") })
+		if i < 0 {
+			return fmt.Errorf("gozt's image: none of %v is %s", have, goztRef)
+		}
+		if err := c.ctr(ctx, "images", "tag", have[i], goztRef); err != nil {
+			return err
 		}
 	}
-	// make image names the image after `gozt version`; the values file
-	// may name another tag of the same image.
-	for _, r := range have {
-		if strings.HasPrefix(r, repoOf(goztRef)+":") {
-			return c.ctr(ctx, "images", "tag", r, goztRef)
-		}
-	}
-	return fmt.Errorf("gozt's image: none of %v is %s", have, goztRef)
+	return c.ctr(ctx, "images", "tag", "--force", goztRef, RollImage(goztRef))
 }
+
+// RollImage is the second tag of gozt's image ref: the same image under
+// another name, so that setting it on the DaemonSet rolls it as an
+// upgrade would.
+func RollImage(ref string) string { return ref + "-roll" }
 
 func repoOf(ref string) string {
 	if i := strings.LastIndex(ref, ":"); i > strings.LastIndex(ref, "/") {
