@@ -287,7 +287,7 @@ func helmLabel(k string) bool {
 
 // TestContainerUnderstood: every variable, argument, port and probe of
 // each DaemonSet is one gozt knows. A variable is either read by gozt
-// (envconfig or main) or listed in the README as set by the chart and read
+// (envconfig or main) or listed in docs/reference.md as set by the chart and read
 // by nothing, with the reason; TestChartStartsGozt then runs the binary
 // with it.
 func TestContainerUnderstood(t *testing.T) {
@@ -295,12 +295,12 @@ func TestContainerUnderstood(t *testing.T) {
 	unused := readmeUnused(t)
 	for _, name := range []string{"INPOD_ENABLED", "RUST_BACKTRACE"} {
 		if !unused[name] {
-			t.Errorf("README's variable table does not list %s as read by nothing", name)
+			t.Errorf("docs/reference.md's variable table does not list %s as read by nothing", name)
 		}
 	}
 	for name := range unused {
 		if read[name] {
-			t.Errorf("README says nothing reads %s, but gozt does", name)
+			t.Errorf("docs/reference.md says nothing reads %s, but gozt does", name)
 		}
 	}
 	all := renders(t)
@@ -309,7 +309,7 @@ func TestContainerUnderstood(t *testing.T) {
 		c := container(t, ds)
 		for _, e := range c.Env {
 			if !read[e.Name] && !hasPrefix(e.Name, prefixes) && !unused[e.Name] {
-				t.Errorf("%s: variable %s is neither read by gozt nor listed in README as unused", src, e.Name)
+				t.Errorf("%s: variable %s is neither read by gozt nor listed in docs/reference.md as unused", src, e.Name)
 			}
 		}
 		checkShape(t, src, c)
@@ -392,17 +392,17 @@ func goztVariables(t *testing.T) (names map[string]bool, prefixes []string) {
 	return names, prefixes
 }
 
-// readmeUnused returns the variables that the README's `gozt proxy` table
+// readmeUnused returns the variables that docs/reference.md's `gozt proxy` table
 // lists as read by nothing.
 func readmeUnused(t *testing.T) map[string]bool {
 	t.Helper()
-	data, err := os.ReadFile("../README.md")
+	data, err := os.ReadFile("../docs/reference.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, section, ok := bytes.Cut(data, []byte("\n## `gozt proxy`"))
 	if !ok {
-		t.Fatal("README has no `gozt proxy` section")
+		t.Fatal("docs/reference.md has no `gozt proxy` section")
 	}
 	section, _, _ = bytes.Cut(section, []byte("\n## "))
 	name := regexp.MustCompile("`([A-Z][A-Z0-9_]*)`")

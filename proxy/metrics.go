@@ -17,7 +17,7 @@ import (
 // trafficLabelNames are the labels of the traffic metrics, in ztunnel's order
 // (SPEC §7.1). The four locality labels are always present here; ztunnel adds
 // them only when one side has workload info, which a Prometheus registry
-// cannot express per series (documented in README).
+// cannot express per series (documented in docs/reference.md, Metrics).
 var trafficLabelNames = []string{
 	"reporter",
 	"source_workload", "source_canonical_service", "source_canonical_revision",

@@ -10,7 +10,7 @@ import (
 	"github.com/gozt/gozt/state"
 )
 
-// Series defaults (README, Metrics).
+// Series defaults (docs/reference.md, Metrics).
 const (
 	// defaultSeriesGrace is a few scrape intervals of Istio's Prometheus
 	// (15 s to 1 min): the last values of a series are scraped before it

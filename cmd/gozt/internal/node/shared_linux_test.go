@@ -160,7 +160,7 @@ func TestSharedModeTraffic(t *testing.T) {
 	n1, n2 := cp.startShared(t, "node1"), cp.startShared(t, "node2")
 	cp.xds.PushWorkload(meshWorkload("a", a.ip, "node1"), meshWorkload("c", c.ip, "node1"), meshWorkload("b", b.ip, "node2"))
 	// A workload of node1 that istio-cni never hands over: gozt asks no
-	// certificate for it (README, Differences: ztunnel prefetches every
+	// certificate for it (docs/differences.md: ztunnel prefetches every
 	// local workload's as xDS delivers it).
 	cp.xds.PushWorkload(meshWorkload("never-handed", "10.254.0.9", "node1"))
 	vip := netip.MustParseAddr("10.96.0.10").As4()
