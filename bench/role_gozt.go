@@ -189,7 +189,7 @@ func (g *goztRole) startXDS(addr, caFile string) error {
 		return errors.New("xds-ca: no certificate")
 	}
 	tlsCfg := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
-	c, err := xds.NewClient(xds.Config{Address: addr, TLS: tlsCfg, Store: g.store})
+	c, err := xds.NewClient(xds.Config{Address: addr, TLS: tlsCfg, Store: g.store, TunePushes: true}) // as gozt proxy
 	if err != nil {
 		return err
 	}

@@ -97,6 +97,13 @@ type Config struct {
 	// DemandTimeout bounds how long Demand waits for istiod to answer. If
 	// zero, ConnectTimeout (or its 5s default) is used.
 	DemandTimeout time.Duration
+	// TunePushes lets the client change process-wide settings while it
+	// receives and applies a large push: the collector's GOGC and memory
+	// limit (gcpace.go) and the CPU priority of the thread doing the work
+	// (priority_linux.go). Only the program that owns the process should
+	// set it (gozt proxy does, and gozt bench's gozt as it); left false,
+	// the client changes nothing outside itself.
+	TunePushes bool
 }
 
 func (c *Config) keepaliveTime() time.Duration {
@@ -328,7 +335,7 @@ func (c *Client) runStream(ctx context.Context) streamResult {
 	defer conn.Close()
 	sctx, cancel := context.WithCancel(metadata.NewOutgoingContext(ctx, md))
 	defer cancel()
-	codec := newPushCodec()
+	codec := newPushCodec(c.cfg.TunePushes)
 	defer codec.drop()
 	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).DeltaAggregatedResources(sctx, grpc.ForceCodecV2(codec))
 	if err != nil {

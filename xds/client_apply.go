@@ -41,10 +41,12 @@ type rejection struct {
 //
 // gc is the collector relaxation the stream's codec started to unmarshal
 // resp (pushCodec), or nil. handleResponse applies resp under it, or, if
-// nil and resp is a large push, under one of its own, and ends it before
-// returning, whatever the answer.
+// nil and resp is a large push, under one of its own (with
+// Config.TunePushes), and ends it before returning, whatever the answer.
 func (c *Client) handleResponse(resp *discoveryv3.DeltaDiscoveryResponse, gc *gcRelaxation) (req *discoveryv3.DeltaDiscoveryRequest, ack bool) {
-	gc = gc.extend(len(resp.GetResources()) + len(resp.GetRemovedResources()))
+	if c.cfg.TunePushes {
+		gc = gc.extend(len(resp.GetResources()) + len(resp.GetRemovedResources()))
+	}
 	defer gc.end()
 	c.metrics.received(resp)
 	typeURL := resp.GetTypeUrl()
@@ -62,9 +64,12 @@ func (c *Client) handleResponse(resp *discoveryv3.DeltaDiscoveryResponse, gc *gc
 		answered = c.matchDemands(resp)
 	}
 	var rejects []rejection
-	runAtPriority(len(resp.GetResources())+len(resp.GetRemovedResources()), func() {
-		rejects = c.apply(typeURL, held, resp)
-	})
+	apply := func() { rejects = c.apply(typeURL, held, resp) }
+	if c.cfg.TunePushes {
+		runAtPriority(len(resp.GetResources())+len(resp.GetRemovedResources()), apply)
+	} else {
+		apply()
+	}
 	// After the store has the response, as ztunnel notifies its demanders
 	// only once the handlers ran (HandlerWrapper::handle).
 	releaseDemands(answered)

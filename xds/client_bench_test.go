@@ -88,7 +88,7 @@ func benchmarkApplyPush(b *testing.B, workloads, services int) {
 	b.ResetTimer()
 	for b.Loop() {
 		st := state.NewStore(state.Config{})
-		c, err := NewClient(Config{Address: "https://istiod:15012", TLS: &tls.Config{}, Store: st})
+		c, err := NewClient(Config{Address: "https://istiod:15012", TLS: &tls.Config{}, Store: st, TunePushes: true})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -147,13 +147,13 @@ func wireBuffers(b testing.TB, resp *discoveryv3.DeltaDiscoveryResponse) mem.Buf
 // (unmarshal-gc/op), before handleResponse could relax the collector.
 func BenchmarkReceivePush100k(b *testing.B) {
 	data := wireBuffers(b, benchPush(b, 100_000, 10_000))
-	codec := newPushCodec()
+	codec := newPushCodec(true)
 	b.ReportAllocs()
 	var gcs, unmarshalGCs uint64
 	for b.Loop() {
 		b.StopTimer()
 		st := state.NewStore(state.Config{})
-		c, err := NewClient(Config{Address: "https://istiod:15012", TLS: &tls.Config{}, Store: st})
+		c, err := NewClient(Config{Address: "https://istiod:15012", TLS: &tls.Config{}, Store: st, TunePushes: true})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -184,7 +184,7 @@ func BenchmarkReaderDuringPush100k(b *testing.B) {
 	var worst time.Duration
 	for b.Loop() {
 		st := state.NewStore(state.Config{})
-		c, err := NewClient(Config{Address: "https://istiod:15012", TLS: &tls.Config{}, Store: st})
+		c, err := NewClient(Config{Address: "https://istiod:15012", TLS: &tls.Config{}, Store: st, TunePushes: true})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -237,13 +237,13 @@ func BenchmarkNetDuringPush100k(b *testing.B) {
 	}
 	defer l.Close()
 	data := wireBuffers(b, benchPush(b, 100_000, 10_000))
-	codec := newPushCodec()
+	codec := newPushCodec(true)
 	var worst, calm time.Duration
 	var gcs uint64
 	calmFor := 1500 * time.Millisecond // until a push has been timed
 	for b.Loop() {
 		st := state.NewStore(state.Config{})
-		c, err := NewClient(Config{Address: "https://istiod:15012", TLS: &tls.Config{}, Store: st})
+		c, err := NewClient(Config{Address: "https://istiod:15012", TLS: &tls.Config{}, Store: st, TunePushes: true})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -374,7 +374,7 @@ func TestHelperProber(t *testing.T) {
 // the CPUs; compare runs of this benchmark, not its absolute figure.
 func BenchmarkStoreMark100k(b *testing.B) {
 	st := state.NewStore(state.Config{})
-	c, err := NewClient(Config{Address: "https://istiod:15012", TLS: &tls.Config{}, Store: st})
+	c, err := NewClient(Config{Address: "https://istiod:15012", TLS: &tls.Config{}, Store: st, TunePushes: true})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -26,8 +26,27 @@ func gcPercent() int {
 // large on the wire (2.5 MB) but of few resources (500 policies, too few for
 // handleResponse to relax the collector by their count) is received and
 // applied with the collector relaxed, and that the relaxation has ended by
-// the time the client ACKs it.
+// the time the client ACKs it; and that a client without
+// Config.TunePushes leaves the process's collector alone.
 func TestLargeResponseRelaxesGC(t *testing.T) {
+	for _, tc := range []struct {
+		tune bool
+		want int // GOGC while the push is applied
+	}{{true, 400}, {false, 100}} {
+		t.Run(fmt.Sprintf("TunePushes=%v", tc.tune), func(t *testing.T) {
+			if got := applyLargePush(t, tc.tune); got != tc.want {
+				t.Errorf("GOGC %d while the large push was applied, want %d", got, tc.want)
+			}
+			if got := gcPercent(); got != 100 {
+				t.Errorf("GOGC %d after the large push was ACKed, want 100 back", got)
+			}
+		})
+	}
+}
+
+// applyLargePush sends a 2.5 MB push of 500 policies to a client (GOGC
+// 100, no memory limit) and returns GOGC as the store applied it.
+func applyLargePush(t *testing.T, tune bool) int {
 	percent0, limit0 := gcPercent(), debug.SetMemoryLimit(-1)
 	t.Cleanup(func() {
 		debug.SetGCPercent(percent0)
@@ -38,7 +57,7 @@ func TestLargeResponseRelaxesGC(t *testing.T) {
 
 	var applyPercent atomic.Int64
 	st := state.NewStore(state.Config{OnUpdate: func(_, _ *state.Snapshot) { applyPercent.Store(int64(gcPercent())) }})
-	h := newHarness(t, func(c *xds.Config) { c.Store = st })
+	h := newHarness(t, func(c *xds.Config) { c.Store, c.TunePushes = st, tune })
 	h.start()
 	h.waitReady()
 
@@ -62,10 +81,5 @@ func TestLargeResponseRelaxesGC(t *testing.T) {
 	if got := len(st.Snapshot().Policies()); got != 500 {
 		t.Fatalf("store holds %d policies after the ACK, want 500", got)
 	}
-	if got := applyPercent.Load(); got != 400 {
-		t.Errorf("GOGC %d while the large push was applied, want 400 (relaxed)", got)
-	}
-	if got := gcPercent(); got != 100 {
-		t.Errorf("GOGC %d after the large push was ACKed, want 100 back", got)
-	}
+	return int(applyPercent.Load())
 }

@@ -36,8 +36,14 @@ type pushCodec struct {
 
 var _ encoding.CodecV2 = (*pushCodec)(nil)
 
-func newPushCodec() *pushCodec {
-	return &pushCodec{proto: encoding.GetCodecV2(grpcproto.Name), relax: relaxGCForWire}
+// newPushCodec returns a stream's codec; unless tune (Config.TunePushes)
+// it is gRPC's proto codec and nothing more.
+func newPushCodec(tune bool) *pushCodec {
+	pc := &pushCodec{proto: encoding.GetCodecV2(grpcproto.Name)}
+	if tune {
+		pc.relax = relaxGCForWire
+	}
+	return pc
 }
 
 // Name is the proto codec's, "proto": requests carry content-type
@@ -50,7 +56,7 @@ func (pc *pushCodec) Marshal(v any) (mem.BufferSlice, error) { return pc.proto.M
 // Unmarshal decodes data into v with the proto codec, relaxing the
 // collector first if data is large.
 func (pc *pushCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	if data.Len() < relaxGCMinBytes {
+	if pc.relax == nil || data.Len() < relaxGCMinBytes {
 		return pc.proto.Unmarshal(data, v)
 	}
 	pc.drop()

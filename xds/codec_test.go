@@ -36,7 +36,7 @@ func (rc recordingCodec) Unmarshal(data mem.BufferSlice, v any) error {
 // testCodec returns a pushCodec whose relaxations are appended to started,
 // and that records GOGC at each unmarshal in percent.
 func testCodec(started *[]*gcRelaxation, percent *int) *pushCodec {
-	pc := newPushCodec()
+	pc := newPushCodec(true)
 	pc.proto = recordingCodec{pc.proto, percent}
 	pc.relax = func(size int) *gcRelaxation {
 		r := relaxGCForWire(size)
@@ -190,7 +190,7 @@ func TestPushCodecSmallAllocs(t *testing.T) {
 		resp.Resources = append(resp.Resources, &discoveryv3.Resource{Name: fmt.Sprintf("ns/p%d", i), Version: "1"})
 	}
 	data := wireOf(t, resp)
-	pc, plain := newPushCodec(), encoding.GetCodecV2("proto")
+	pc, plain := newPushCodec(true), encoding.GetCodecV2("proto")
 	allocs := func(c encoding.CodecV2) float64 {
 		var m discoveryv3.DeltaDiscoveryResponse
 		return testing.AllocsPerRun(100, func() {

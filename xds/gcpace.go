@@ -7,7 +7,9 @@ import (
 	"sync"
 )
 
-// The collector is relaxed while a large push is received and applied. A
+// With Config.TunePushes (the process's owner opts in: these are
+// process-wide settings), the collector is relaxed while a large push is
+// received and applied. A
 // push allocates over a kilobyte per resource while it is decoded,
 // converted and applied, and at Go's default GOGC every few tens of
 // megabytes start a collection that marks the whole store again; on a small

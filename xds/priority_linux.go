@@ -8,7 +8,7 @@ import (
 )
 
 // lowPriorityNice is the nice value of the thread that decodes and applies
-// a large push (lowPriorityMin resources or more; its unmarshal too, from
+// a large push, with Config.TunePushes (lowPriorityMin resources or more; its unmarshal too, from
 // relaxGCMinBytes): the lowest, so that on a busy node the kernel runs
 // data-path threads first (a 100,000-workload push is about a second of
 // CPU). A small push (a policy change) runs at normal priority.

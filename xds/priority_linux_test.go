@@ -59,7 +59,7 @@ func (nc niceCodec) Unmarshal(data mem.BufferSlice, v any) error {
 func TestLargeUnmarshalRunsAtLowPriority(t *testing.T) {
 	withGCPercent100(t)
 	own, ownSlice := threadNice(), threadSlice()
-	pc := newPushCodec()
+	pc := newPushCodec(true)
 	var nice int
 	var slice time.Duration
 	pc.proto = niceCodec{pc.proto, &nice, &slice}

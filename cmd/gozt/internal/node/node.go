@@ -265,6 +265,9 @@ func (n *Node) buildControlPlane() error {
 		// XDS_ON_DEMAND; a demand waits at most the xDS connect
 		// timeout (xds.Config.DemandTimeout).
 		OnDemand: env.XDSOnDemand,
+		// gozt owns the process: a large push may relax its collector and
+		// run at low priority (xds.Config.TunePushes).
+		TunePushes: true,
 	})
 	if err != nil {
 		return fmt.Errorf("XDS_ADDRESS: %w", err)
