@@ -40,6 +40,12 @@ func TestLookupsDoNotAllocate(t *testing.T) {
 		{"ServiceByVIP miss", func() bool { return snap.ServiceByVIP("", ip("1.2.3.4"), "ns") == nil }},
 		{"WorkloadByUID", func() bool { return snap.WorkloadByUID("c1//Pod/ns/w3") != nil }},
 		{"FindWorkload", func() bool { return snap.FindWorkload("", "ns", "w3", "default") != nil }},
+		{"WorkloadsByName", func() bool {
+			for w := range snap.WorkloadsByName("w3") {
+				return w != nil
+			}
+			return false
+		}},
 		{"ServiceByKey", func() bool { return snap.ServiceByKey("ns/s") != nil }},
 		{"NamespacePolicies", func() bool { return len(snap.NamespacePolicies("ns")) == 1 }},
 		{"GlobalPolicies", func() bool { return len(snap.GlobalPolicies()) == 1 }},

@@ -508,13 +508,13 @@ func (b *Batch) reindexWorkloadName(slot int32, old, w *Workload) {
 		b.ownByName = true
 	}
 	if old != nil {
-		h := nameHash(old.Namespace, old.Name)
+		h := nameHash(old.Name)
 		l := without(b.next.byName.slots(h, b.list[:0]), slot)
 		b.next.byName.set(h, l, &b.ownByNameMore)
 		b.list = l
 	}
 	if w != nil {
-		h := nameHash(w.Namespace, w.Name)
+		h := nameHash(w.Name)
 		l := append(without(b.next.byName.slots(h, b.list[:0]), slot), slot)
 		slices.SortFunc(l, b.compareByUID)
 		b.next.byName.set(h, l, &b.ownByNameMore)

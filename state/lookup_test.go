@@ -317,6 +317,56 @@ func TestFindWorkload(t *testing.T) {
 	}
 }
 
+// TestWorkloadsByName: the workloads of one name in every namespace, in
+// uid order, and none of a removed one.
+func TestWorkloadsByName(t *testing.T) {
+	st := NewStore(Config{})
+	a := pod("ns", "a", "10.0.0.1")
+	otherA := pod("other", "a", "10.0.0.2")
+	remoteA := pod("ns", "a", "10.0.0.3")
+	remoteA.UID = "c0//Pod/ns/a" // another cluster's: sorts first
+	b := pod("ns", "b", "10.0.0.4")
+	update(t, st, func(bt *Batch, must func(error)) {
+		for _, w := range []*Workload{a, otherA, remoteA, b} {
+			must(bt.InsertWorkload(w))
+		}
+	})
+	named := func(snap *Snapshot, name string) []string {
+		var uids []string
+		for w := range snap.WorkloadsByName(name) {
+			if w.Name != name {
+				t.Errorf("WorkloadsByName(%q) yields %s, named %q", name, w.UID, w.Name)
+			}
+			uids = append(uids, w.UID)
+		}
+		return uids
+	}
+	snap := st.Snapshot()
+	for _, tt := range []struct {
+		name string
+		want []string
+	}{
+		{"a", []string{remoteA.UID, a.UID, otherA.UID}},
+		{"b", []string{b.UID}},
+		{"c", nil},
+		{"", nil},
+	} {
+		if diff := cmp.Diff(tt.want, named(snap, tt.name)); diff != "" {
+			t.Errorf("WorkloadsByName(%q) (-want +got):\n%s", tt.name, diff)
+		}
+	}
+	for range snap.WorkloadsByName("a") {
+		break // stopping early is allowed
+	}
+	st.Update(func(bt *Batch) { bt.RemoveWorkload(a.UID) })
+	if diff := cmp.Diff([]string{remoteA.UID, otherA.UID}, named(st.Snapshot(), "a")); diff != "" {
+		t.Errorf("WorkloadsByName after removal (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{remoteA.UID, a.UID, otherA.UID}, named(snap, "a")); diff != "" {
+		t.Errorf("WorkloadsByName of the earlier snapshot (-want +got):\n%s", diff)
+	}
+}
+
 // TestRangeWorkloadNames: every workload's names, read from its record
 // (a name that is its uid's suffix included), and none of a removed one.
 func TestRangeWorkloadNames(t *testing.T) {

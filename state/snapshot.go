@@ -3,6 +3,7 @@ package state
 import (
 	"cmp"
 	"hash/maphash"
+	"iter"
 	"net/netip"
 	"slices"
 
@@ -32,20 +33,17 @@ type ipSlot struct {
 // nameSeed seeds nameHash.
 var nameSeed = maphash.MakeSeed()
 
-// nameHash keys byName: a hash of a workload's namespace and name, so that
-// byName's tables, like byIP's, hold no pointer and a garbage collection
-// skips them (keyed by the two strings, byName was a sixth to a quarter of
-// a 100,000-workload store's mark work). Workloads whose keys collide share
-// a list, and a lookup checks the names. Tests replace it to make names
+// nameHash keys byName: a hash of a workload's name, so that byName's
+// tables, like byIP's, hold no pointer and a garbage collection skips them
+// (keyed by strings, byName was a sixth to a quarter of a 100,000-workload
+// store's mark work). The namespace is left out so that one index serves
+// both FindWorkload and WorkloadsByName (the DNS proxy's pod names): the
+// workloads of one name in every namespace share a list, usually of one (a
+// StatefulSet's pod names recur across namespaces, a Deployment's do not),
+// and a lookup checks the namespace. Workloads whose keys collide share a
+// list too, and a lookup checks the name. Tests replace it to make names
 // collide.
-var nameHash = func(namespace, name string) uint64 {
-	var h maphash.Hash
-	h.SetSeed(nameSeed)
-	h.WriteString(namespace)
-	h.WriteByte(0) // no namespace holds a NUL
-	h.WriteString(name)
-	return h.Sum64()
-}
+var nameHash = func(name string) uint64 { return maphash.String(nameSeed, name) }
 
 // uidSeed seeds uidHash.
 var uidSeed = maphash.MakeSeed()
@@ -105,8 +103,8 @@ type Snapshot struct {
 	wt     *workloadTables
 	// byIP indexes addresses, each list ordered by preference; netIDs
 	// numbers the networks seen from 1, for ipSlot (0 is the default
-	// network, ""). byName indexes nameHash(namespace, name), each list
-	// ordered by uid.
+	// network, ""). byName indexes nameHash(name), each list ordered by
+	// uid.
 	byIP       slotIndex[ipSlot]
 	netIDs     map[string]uint32
 	byName     slotIndex[uint64]
@@ -279,7 +277,7 @@ func (s *Snapshot) FindWorkload(node, namespace, name, serviceAccount string) *W
 		serviceAccount = DefaultServiceAccount
 	}
 	var buf [4]int32
-	for _, slot := range s.byName.slots(nameHash(namespace, name), buf[:0]) {
+	for _, slot := range s.byName.slots(nameHash(name), buf[:0]) {
 		var f [recNumStrings]string
 		recStrings(s.recs[slot], recNode, &f)
 		sa := f[recServiceAccount]
@@ -289,6 +287,22 @@ func (s *Snapshot) FindWorkload(node, namespace, name, serviceAccount string) *W
 		}
 	}
 	return nil
+}
+
+// WorkloadsByName yields the workloads named name, in every namespace, in
+// uid order: the pods a DNS name of a headless service's pod may mean
+// (proxy/dns). It builds only the workloads it yields.
+func (s *Snapshot) WorkloadsByName(name string) iter.Seq[*Workload] {
+	return func(yield func(*Workload) bool) {
+		var buf [4]int32
+		for _, slot := range s.byName.slots(nameHash(name), buf[:0]) {
+			var f [recNumStrings]string
+			recStrings(s.recs[slot], recName, &f)
+			if f[recName] == name && !yield(s.at(slot)) {
+				return
+			}
+		}
+	}
 }
 
 // WorkloadByHostname returns a workload of namespace whose hostname is

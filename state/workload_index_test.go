@@ -12,11 +12,12 @@ import (
 
 // workloadView is what a snapshot answers about workloads: each uid's
 // workload, each probed address's preferred one, each probed FindWorkload,
-// and the sorted list.
+// the workloads of each name, and the sorted list.
 type workloadView struct {
 	byUID  map[string]*Workload
-	byIP   map[string]*Workload // "network|ip" → preferred workload
-	byName map[string]*Workload // "node|namespace|name|sa" → FindWorkload's answer
+	byIP   map[string]*Workload   // "network|ip" → preferred workload
+	byName map[string]*Workload   // "node|namespace|name|sa" → FindWorkload's answer
+	named  map[string][]*Workload // name → WorkloadsByName's answer
 	all    []*Workload
 }
 
@@ -46,12 +47,18 @@ var (
 )
 
 func viewOf(s *Snapshot, uids []string) workloadView {
-	v := workloadView{byUID: map[string]*Workload{}, byIP: map[string]*Workload{}, byName: map[string]*Workload{}, all: s.Workloads()}
+	v := workloadView{byUID: map[string]*Workload{}, byIP: map[string]*Workload{}, byName: map[string]*Workload{},
+		named: map[string][]*Workload{}, all: s.Workloads()}
 	findKeys(func(key, node, ns, name, sa string) {
 		if w := s.FindWorkload(node, ns, name, sa); w != nil {
 			v.byName[key] = w
 		}
 	})
+	for _, name := range append(indexNames, "unknown") {
+		for w := range s.WorkloadsByName(name) {
+			v.named[name] = append(v.named[name], w)
+		}
+	}
 	for _, uid := range uids {
 		if w := s.WorkloadByUID(uid); w != nil {
 			v.byUID[uid] = w
@@ -69,7 +76,8 @@ func viewOf(s *Snapshot, uids []string) workloadView {
 
 // modelView computes the view from the model's workloads from scratch.
 func modelView(m map[string]*Workload) workloadView {
-	v := workloadView{byUID: map[string]*Workload{}, byIP: map[string]*Workload{}, byName: map[string]*Workload{}}
+	v := workloadView{byUID: map[string]*Workload{}, byIP: map[string]*Workload{}, byName: map[string]*Workload{},
+		named: map[string][]*Workload{}}
 	findKeys(func(key, node, ns, name, sa string) {
 		for _, w := range m {
 			saOK := w.ServiceAccount == sa || (sa == "" && w.ServiceAccount == DefaultServiceAccount) ||
@@ -95,6 +103,9 @@ func modelView(m map[string]*Workload) workloadView {
 		}
 	}
 	slices.SortFunc(v.all, func(a, b *Workload) int { return cmp.Compare(a.UID, b.UID) })
+	for _, w := range v.all {
+		v.named[w.Name] = append(v.named[w.Name], w)
+	}
 	return v
 }
 
@@ -139,6 +150,16 @@ func sameView(a, b workloadView) error {
 	if len(a.byName) != len(b.byName) {
 		return fmt.Errorf("FindWorkload found %d, want %d", len(b.byName), len(a.byName))
 	}
+	for name, ws := range a.named {
+		if !slices.EqualFunc(b.named[name], ws, same) {
+			return fmt.Errorf("WorkloadsByName(%s): %v, want %v", name, uidsOf(b.named[name]), uidsOf(ws))
+		}
+	}
+	for name, ws := range b.named {
+		if len(a.named[name]) == 0 {
+			return fmt.Errorf("WorkloadsByName(%s): %v, want none", name, uidsOf(ws))
+		}
+	}
 	if !slices.EqualFunc(a.all, b.all, same) {
 		return fmt.Errorf("Workloads() lists %d, want %d", len(b.all), len(a.all))
 	}
@@ -178,7 +199,7 @@ func checkSlots(t *testing.T, what string, s *Snapshot) {
 		t.Fatalf("%s: %d slots, %d used and %d free", what, len(s.recs), len(used), len(free))
 	}
 	checkSlotIndex(t, what+": byName", s.byName, s, func(h uint64, w *Workload) bool {
-		return nameHash(w.Namespace, w.Name) == h
+		return nameHash(w.Name) == h
 	})
 	checkSlotIndex(t, what+": byIP", s.byIP, s, func(k ipSlot, w *Workload) bool {
 		return slices.ContainsFunc(w.Addresses, func(a netip.Addr) bool { return a.As16() == k.addr })
@@ -206,6 +227,14 @@ func checkSlotIndex[K comparable](t *testing.T, what string, x slotIndex[K], s *
 	}
 }
 
+func uidsOf(ws []*Workload) []string {
+	var out []string
+	for _, w := range ws {
+		out = append(out, uidOf(w))
+	}
+	return out
+}
+
 func uidOf(w *Workload) string {
 	if w == nil {
 		return "<nil>"
@@ -227,10 +256,10 @@ func TestWorkloadIndexRandomBatches(t *testing.T) {
 	t.Cleanup(func() { compactSlack = origSlack })
 	compactSlack = 16
 	t.Run("hashes", workloadIndexRandomBatches)
-	// Every name in one of two hashes, so names collide in byName's lists.
+	// Every name in one hash, so names collide in byName's lists.
 	orig := nameHash
 	t.Cleanup(func() { nameHash = orig })
-	nameHash = func(namespace, name string) uint64 { return uint64(len(namespace) % 2) }
+	nameHash = func(name string) uint64 { return uint64(len(name) % 2) }
 	t.Run("colliding names", workloadIndexRandomBatches)
 	// Every uid in one of three hashes, so uids collide in byUID.
 	origUID := uidHash

@@ -29,7 +29,9 @@
 // Name matching (match.go) is pure: the candidate names of a query (the
 // name, its Kubernetes expansions, the name with each search domain
 // stripped), each tried as is and then as wildcards, against the service
-// hostnames visible to the client, ranked as ztunnel ranks them.
+// hostnames visible to the client, ranked as ztunnel ranks them; and then,
+// for a candidate <pod>.<service>.<ns>.svc.<domain>, against the workloads
+// named <pod> that are endpoints of that headless service.
 //
 // proxy/dns imports state and proxy/sockopt; proxy imports it.
 package dns

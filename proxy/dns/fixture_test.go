@@ -22,6 +22,25 @@ var testClient = &state.Workload{
 	Addresses: []netip.Addr{netip.MustParseAddr("10.9.0.1")}, CanonicalName: "client-app", CanonicalRevision: "v7",
 }
 
+// otherClient is a client in ns2, for names as another namespace sees them.
+var otherClient = &state.Workload{
+	UID: "Kubernetes//Pod/ns2/other", Name: "other", Namespace: "ns2",
+	Addresses: []netip.Addr{netip.MustParseAddr("10.9.0.2")},
+}
+
+// member returns a workload in ns named name with addrs, an endpoint of
+// the services keyed in svcs ("namespace/hostname").
+func member(uid, ns, name string, addrs []string, svcs ...string) *state.Workload {
+	w := &state.Workload{UID: uid, Name: name, Namespace: ns, Services: map[string]state.PortMap{}}
+	for _, a := range addrs {
+		w.Addresses = append(w.Addresses, netip.MustParseAddr(a))
+	}
+	for _, key := range svcs {
+		w.Services[key] = state.PortMap{80: 80}
+	}
+	return w
+}
+
 func vip(ip string) []state.NetworkAddress {
 	return []state.NetworkAddress{{Address: netip.MustParseAddr(ip)}}
 }
@@ -60,6 +79,16 @@ func newTestStore(t testing.TB) *state.Store {
 		// Canonical beats first for a hostname without an ns1 service.
 		{Name: "canon", Namespace: "ns2", Hostname: "canon.example.net", VIPs: vip("10.0.2.2")},
 		{Name: "canon", Namespace: "ns3", Hostname: "canon.example.net", VIPs: vip("10.0.2.3"), Canonical: true},
+		// Services whose pods have names of their own (pod.service.ns...)
+		// when headless: web and mc in ns1, kafka and dup in ns2; api has
+		// a VIP. dup's hostname is also a ServiceEntry's in ns1, without
+		// addresses (headless, by its name).
+		{Name: "web", Namespace: "ns1", Hostname: "web.ns1.svc.cluster.local"},
+		{Name: "mc", Namespace: "ns1", Hostname: "mc.ns1.svc.cluster.local"},
+		{Name: "api", Namespace: "ns1", Hostname: "api.ns1.svc.cluster.local", VIPs: vip("10.0.0.11")},
+		{Name: "kafka", Namespace: "ns2", Hostname: "kafka.ns2.svc.cluster.local"},
+		{Name: "dup", Namespace: "ns2", Hostname: "dup.ns2.svc.cluster.local"},
+		{Name: "dup-se", Namespace: "ns1", Hostname: "dup.ns2.svc.cluster.local"},
 	}
 	eps := []*state.Workload{
 		{UID: "Kubernetes//Pod/ns1/h1", Name: "h1", Namespace: "ns1",
@@ -71,6 +100,17 @@ func newTestStore(t testing.TB) *state.Store {
 		{UID: "Kubernetes//Pod/ns1/h3", Name: "h3", Namespace: "ns1",
 			Addresses: []netip.Addr{netip.MustParseAddr("fd01::3")},
 			Services:  map[string]state.PortMap{"ns1/headless4.ns1.svc.cluster.local": {80: 80}}},
+		member("Kubernetes//Pod/ns1/web-0", "ns1", "web-0", []string{"10.2.0.1", "fd02::1", "fd02::2"}, "ns1/web.ns1.svc.cluster.local"),
+		member("Kubernetes//Pod/ns1/web-1", "ns1", "web-1", []string{"10.2.0.2"}, "ns1/web.ns1.svc.cluster.local"),
+		member("Kubernetes//Pod/ns1/api-0", "ns1", "api-0", []string{"10.2.1.1"}, "ns1/api.ns1.svc.cluster.local"),
+		member("Kubernetes//Pod/ns2/kafka-0", "ns2", "kafka-0", []string{"10.2.2.1"}, "ns2/kafka.ns2.svc.cluster.local"),
+		// Two dup-0 in different namespaces, ns2's first by uid.
+		member("Kubernetes//Pod/ns2/dup-0", "ns2", "dup-0", []string{"10.2.3.2"}, "ns2/dup.ns2.svc.cluster.local"),
+		member("Kubernetes/networking.istio.io/WorkloadEntry/ns1/dup-0", "ns1", "dup-0", []string{"10.2.3.1"},
+			"ns1/dup.ns2.svc.cluster.local"),
+		// Two mc-0 in ns1, another cluster's first by uid.
+		clustered(member("East//Pod/ns1/mc-0", "ns1", "mc-0", []string{"10.2.4.2"}, "ns1/mc.ns1.svc.cluster.local"), "East"),
+		member("Kubernetes//Pod/ns1/mc-0", "ns1", "mc-0", []string{"10.2.4.1"}, "ns1/mc.ns1.svc.cluster.local"),
 	}
 	st := state.NewStore(state.Config{})
 	st.Update(func(b *state.Batch) {
@@ -86,6 +126,12 @@ func newTestStore(t testing.TB) *state.Store {
 		}
 	})
 	return st
+}
+
+// clustered returns w in cluster.
+func clustered(w *state.Workload, cluster string) *state.Workload {
+	w.ClusterID = cluster
+	return w
 }
 
 // questions counts the questions a test DNS server is asked, by key.

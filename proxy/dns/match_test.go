@@ -111,3 +111,33 @@ func TestBestService(t *testing.T) {
 		}
 	}
 }
+
+// TestBestPod is ztunnel#1918's ranking of the pods a headless service's
+// pod name may mean: the first in the client's namespace and cluster at
+// once; else the first in its cluster; else the first in its namespace;
+// else the first.
+func TestBestPod(t *testing.T) {
+	wl := func(ns, cluster string) *state.Workload {
+		return &state.Workload{Namespace: ns, ClusterID: cluster}
+	}
+	here := wl("client", "c1")
+	here2 := wl("client", "c1")
+	sameCluster, sameCluster2 := wl("other", "c1"), wl("other", "c1")
+	sameNS, sameNS2 := wl("client", "c2"), wl("client", "c2")
+	elsewhere, elsewhere2 := wl("other", "c2"), wl("other", "c2")
+	for _, tc := range []struct {
+		name string
+		ws   []*state.Workload
+		want *state.Workload
+	}{
+		{"none", nil, nil},
+		{"first", []*state.Workload{elsewhere, elsewhere2}, elsewhere},
+		{"namespace and cluster", []*state.Workload{sameCluster, sameNS, elsewhere, here, here2}, here},
+		{"cluster over namespace", []*state.Workload{sameNS, elsewhere, sameCluster, sameCluster2}, sameCluster},
+		{"namespace over first", []*state.Workload{elsewhere, sameNS, sameNS2}, sameNS},
+	} {
+		if got := bestPod(tc.ws, "client", "c1"); got != tc.want {
+			t.Errorf("%s: bestPod = %p, want %p", tc.name, got, tc.want)
+		}
+	}
+}

@@ -136,7 +136,7 @@ func (r *Resolver) answer(ctx context.Context, q query) *dns.Msg {
 		r.logQuery(q, "service does not support this record type", 0)
 		return resp
 	}
-	addrs := m.addresses(found.svc, question.Qtype, ipv6)
+	addrs := m.addresses(found, question.Qtype, ipv6)
 	if len(addrs) == 0 {
 		r.logQuery(q, "no records", 0)
 		return resp

@@ -43,18 +43,23 @@ const (
 	nxdomain  = "NXDOMAIN aa=false ra=true"
 )
 
+// queryCase is one row of TestQueries: a question and the answer text.
+type queryCase struct {
+	name  string
+	qname string
+	qtype uint16
+	want  []string
+}
+
 // TestQueries runs the query table of SPEC §10.1 against a real listener,
-// over UDP and TCP, from a client in ns1.
+// over UDP and TCP, from a client in ns1 and then, for the names whose
+// meaning depends on the client's namespace, from a client in ns2.
 func TestQueries(t *testing.T) {
 	st := newTestStore(t)
 	up := startUpstream(t, "127.83.0.1")
 	ts := startServer(t, "127.83.0.2", st, testClient, Config{Upstreams: []netip.AddrPort{up.addr}})
-	for _, tc := range []struct {
-		name  string
-		qname string
-		qtype uint16
-		want  []string
-	}{
+	other := startServer(t, "127.83.0.13", st, otherClient, Config{Upstreams: []netip.AddrPort{up.addr}})
+	runQueries(t, ts, []queryCase{
 		{"fqdn A", "svc1.ns1.svc.cluster.local", dns.TypeA, []string{local, "svc1.ns1.svc.cluster.local. A 10.0.0.1"}},
 		{"fqdn AAAA", "svc1.ns1.svc.cluster.local", dns.TypeAAAA, []string{local, "svc1.ns1.svc.cluster.local. AAAA fd00::1"}},
 		{"upper case", "SVC1.Ns1.svc.cluster.local", dns.TypeA, []string{local, "svc1.ns1.svc.cluster.local. A 10.0.0.1"}},
@@ -96,7 +101,60 @@ func TestQueries(t *testing.T) {
 		{"MX forwarded", "svc1.ns1.svc.cluster.local", dns.TypeMX, []string{nxdomain}},
 		{"outside name forwarded", "outside.example.com", dns.TypeA, []string{forwarded, "outside.example.com. A 192.0.2.1"}},
 		{"unknown name", "nothing.example.com", dns.TypeA, []string{nxdomain}},
-	} {
+		// Pods of headless services by name, <pod>.<service>.<ns>.svc.<domain>
+		// and its short forms, from the workloads' names as ztunnel#1918
+		// (istiod sends no pod hostname or subdomain); unknown ones are
+		// forwarded like any name.
+		{"headless pod", "web-0.web.ns1.svc.cluster.local", dns.TypeA,
+			[]string{local, "web-0.web.ns1.svc.cluster.local. A 10.2.0.1"}},
+		{"headless pod AAAA, every address", "web-0.web.ns1.svc.cluster.local", dns.TypeAAAA,
+			[]string{local, "web-0.web.ns1.svc.cluster.local. AAAA fd02::1", "web-0.web.ns1.svc.cluster.local. AAAA fd02::2"}},
+		{"headless pod without the family", "web-1.web.ns1.svc.cluster.local", dns.TypeAAAA, []string{local}},
+		{"headless pod 2 labels", "web-0.web", dns.TypeA, []string{local, "web-0.web. A 10.2.0.1"}},
+		{"headless pod 3 labels", "web-0.web.ns1", dns.TypeA, []string{local, "web-0.web.ns1. A 10.2.0.1"}},
+		{"headless pod 4 labels", "web-0.web.ns1.svc", dns.TypeA, []string{local, "web-0.web.ns1.svc. A 10.2.0.1"}},
+		{"headless pod 3 labels + search domain", "web-0.web.ns1.ns1.svc.cluster.local", dns.TypeA,
+			[]string{local, "web-0.web.ns1.ns1.svc.cluster.local. CNAME web-0.web.ns1.", "web-0.web.ns1. A 10.2.0.1"}},
+		{"headless pod 4 labels + search domain", "web-0.web.ns1.svc.ns1.svc.cluster.local", dns.TypeA,
+			[]string{local, "web-0.web.ns1.svc.ns1.svc.cluster.local. CNAME web-0.web.ns1.svc.", "web-0.web.ns1.svc. A 10.2.0.1"}},
+		{"headless pod upper case", "WEB-0.Web.ns1.svc.cluster.local", dns.TypeA,
+			[]string{local, "web-0.web.ns1.svc.cluster.local. A 10.2.0.1"}},
+		{"headless pod other namespace", "kafka-0.kafka.ns2.svc.cluster.local", dns.TypeA,
+			[]string{local, "kafka-0.kafka.ns2.svc.cluster.local. A 10.2.2.1"}},
+		{"headless pod other namespace 3 labels", "kafka-0.kafka.ns2", dns.TypeA, []string{local, "kafka-0.kafka.ns2. A 10.2.2.1"}},
+		{"headless pod other namespace 2 labels", "kafka-0.kafka", dns.TypeA, []string{nxdomain}},
+		{"pod of a service with a VIP", "api-0.api.ns1.svc.cluster.local", dns.TypeA, []string{nxdomain}},
+		{"pod of another headless service", "web-0.headless.ns1.svc.cluster.local", dns.TypeA, []string{nxdomain}},
+		{"headless pod in another namespace's name", "web-0.web.ns2.svc.cluster.local", dns.TypeA, []string{nxdomain}},
+		{"unknown headless pod", "web-9.web.ns1.svc.cluster.local", dns.TypeA, []string{nxdomain}},
+		{"headless service name with a pod label too many", "x.web-0.web.ns1.svc.cluster.local", dns.TypeA, []string{nxdomain}},
+		{"same pod name: the client's namespace wins", "dup-0.dup.ns2.svc.cluster.local", dns.TypeA,
+			[]string{local, "dup-0.dup.ns2.svc.cluster.local. A 10.2.3.1"}},
+		{"same pod name: the client's cluster wins", "mc-0.mc.ns1.svc.cluster.local", dns.TypeA,
+			[]string{local, "mc-0.mc.ns1.svc.cluster.local. A 10.2.4.1"}},
+		{"a service of the pod's name wins", "db-0.db.ns1.svc.cluster.local", dns.TypeA,
+			[]string{local, "db-0.db.ns1.svc.cluster.local. A 10.0.0.8"}},
+	})
+	runQueries(t, other, []queryCase{
+		{"from ns2: headless pod", "web-0.web.ns1.svc.cluster.local", dns.TypeA,
+			[]string{local, "web-0.web.ns1.svc.cluster.local. A 10.2.0.1"}},
+		{"from ns2: headless pod 4 labels", "web-0.web.ns1.svc", dns.TypeA, []string{local, "web-0.web.ns1.svc. A 10.2.0.1"}},
+		{"from ns2: headless pod 3 labels", "web-0.web.ns1", dns.TypeA, []string{local, "web-0.web.ns1. A 10.2.0.1"}},
+		{"from ns2: headless pod 2 labels is ns2's", "web-0.web", dns.TypeA, []string{nxdomain}},
+		{"from ns2: headless pod 3 labels + search domain", "web-0.web.ns1.ns2.svc.cluster.local", dns.TypeA,
+			[]string{local, "web-0.web.ns1.ns2.svc.cluster.local. CNAME web-0.web.ns1.", "web-0.web.ns1. A 10.2.0.1"}},
+		{"from ns2: own headless pod 2 labels", "kafka-0.kafka", dns.TypeA, []string{local, "kafka-0.kafka. A 10.2.2.1"}},
+		{"from ns2: own headless pod through the search path", "kafka-0.kafka.ns2.svc.cluster.local", dns.TypeA,
+			[]string{local, "kafka-0.kafka.ns2.svc.cluster.local. A 10.2.2.1"}},
+		{"from ns2: same pod name: the client's namespace wins", "dup-0.dup.ns2", dns.TypeA,
+			[]string{local, "dup-0.dup.ns2. A 10.2.3.2"}},
+	})
+}
+
+// runQueries asks each question of ts over UDP and TCP.
+func runQueries(t *testing.T, ts *testServer, cases []queryCase) {
+	t.Helper()
+	for _, tc := range cases {
 		for _, network := range []string{"udp", "tcp"} {
 			t.Run(tc.name+"/"+network, func(t *testing.T) {
 				req := question(tc.qname, tc.qtype)
@@ -169,6 +227,7 @@ func TestRanking(t *testing.T) {
 		{"client namespace beats preferred", ns2, "multi.example.net", dns.TypeA, []string{local, "multi.example.net. A 10.0.1.1"}},
 		{"IPv6 disabled", ns2, "svc1.ns1.svc.cluster.local", dns.TypeAAAA, []string{local}},
 		{"IPv6 disabled headless", ns2, "headless.ns1.svc.cluster.local", dns.TypeAAAA, []string{local}},
+		{"IPv6 disabled headless pod", ns2, "web-0.web.ns1.svc.cluster.local", dns.TypeAAAA, []string{local}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			resp := tc.ts.exchange(t, "udp", question(tc.qname, tc.qtype))
@@ -311,6 +370,7 @@ func TestLookupIP(t *testing.T) {
 		{"svc1.ns1.svc.cluster.local", false, "10.0.0.1"},
 		{"svc1.ns1.svc.cluster.local", true, "fd00::1"},
 		{"svc1", false, "10.0.0.1"},
+		{"web-0.web.ns1", false, "10.2.0.1"}, // a headless service's pod
 		{"outside.example.com", false, "192.0.2.1"},
 		{"v4only.ns1.svc.cluster.local", true, ""},
 		// No A record but an AAAA: an IPv4 client gets the IPv6 address
