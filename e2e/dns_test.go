@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/netip"
 	"strings"
@@ -23,12 +24,13 @@ var serviceEntries = schema.GroupVersionResource{Group: "networking.istio.io", V
 // redirected to gozt's DNS proxy in the pod's network namespace: gozt
 // answers a Service's name itself, and a ServiceEntry's host, which no
 // other DNS server knows, with the address istiod allocated to it, and the
-// pod connects to that name through the mesh. A pod outside the mesh is
+// pod connects to that name through the mesh; and a pod's name under a
+// headless Service. A pod outside the mesh is
 // not captured: the ServiceEntry's host does not resolve for it.
 func TestScenario9(t *testing.T) {
 	ctx := context.Background()
 	const ns, plain = "e2e-s9", "e2e-s9-plain"
-	client, _, svcIP := meshPair(ctx, t, ns)
+	client, server, svcIP := meshPair(ctx, t, ns)
 	createNamespace(ctx, t, plain, false)
 	outside := createEchoPods(ctx, t, plain, nil, "outside")["outside"]
 
@@ -46,6 +48,29 @@ func TestScenario9(t *testing.T) {
 		if after := metricSum(goztMetrics(ctx, t), "istio_dns_upstream_requests_total", counted); after != upstream {
 			t.Errorf("gozt forwarded the client's A query upstream (%v -> %v) instead of answering it from xDS", upstream, after)
 		}
+	})
+
+	t.Run("HeadlessServicePodName", func(t *testing.T) {
+		// A headless Service in front of the server pod: gozt answers the
+		// pod's own name under it (istiod sends no pod hostname, so the
+		// pod's name stands for it, as in ztunnel's #1918).
+		svc := &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: "server-hl"},
+			Spec: corev1.ServiceSpec{
+				ClusterIP: corev1.ClusterIPNone, Selector: map[string]string{"app": "server"},
+				Ports: []corev1.ServicePort{{Name: "tcp-echo", Port: echoPort}},
+			},
+		}
+		if _, err := cl.cs.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create headless service: %v", err)
+		}
+		name := server.Name + ".server-hl." + ns + ".svc.cluster.local"
+		addrs := waitLookup(ctx, t, client, name, func(a []string) bool { return len(a) > 0 })
+		if len(addrs) != 1 || addrs[0] != server.Status.PodIP {
+			t.Errorf("%s resolves to %v in the client pod, want the server pod's IP %s", name, addrs, server.Status.PodIP)
+		}
+		r := mustDial(ctx, t, client, net.JoinHostPort(server.Name+".server-hl", fmt.Sprint(echoPort)), "hello-headless")
+		checkSourcePreserved(t, r, client)
 	})
 
 	dyn, err := dynamic.NewForConfig(cl.rc)
