@@ -24,9 +24,7 @@ import (
 	"os/signal"
 	"runtime"
 	"slices"
-	"strconv"
 	"syscall"
-	"time"
 
 	"github.com/gozt/gozt/cmd/gozt/internal/admin"
 	"github.com/gozt/gozt/cmd/gozt/internal/envconfig"
@@ -178,7 +176,7 @@ func runLocal(args []string, stdout, stderr io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	deadline, err := drainDeadline()
+	deadline, err := envconfig.DrainDeadline(os.Environ())
 	if err != nil {
 		return err
 	}
@@ -208,31 +206,6 @@ func runLocal(args []string, stdout, stderr io.Writer) error {
 	dctx, cancel := context.WithTimeout(context.Background(), deadline)
 	defer cancel()
 	return m.Shutdown(dctx)
-}
-
-// drainDeadline is CONNECTION_TERMINATION_DEADLINE, else derived from
-// TERMINATION_GRACE_PERIOD_SECONDS, else 5s (SPEC §0.3, §8.4).
-func drainDeadline() (time.Duration, error) {
-	if v := os.Getenv("CONNECTION_TERMINATION_DEADLINE"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d < 0 {
-			return 0, fmt.Errorf("CONNECTION_TERMINATION_DEADLINE: invalid duration %q", v)
-		}
-		return d, nil
-	}
-	if v := os.Getenv("TERMINATION_GRACE_PERIOD_SECONDS"); v != "" {
-		secs, err := strconv.Atoi(v)
-		if err != nil || secs < 0 {
-			return 0, fmt.Errorf("TERMINATION_GRACE_PERIOD_SECONDS: invalid value %q", v)
-		}
-		if secs > 10 {
-			secs -= 5
-		} else {
-			secs--
-		}
-		return time.Duration(max(secs, 1)) * time.Second, nil
-	}
-	return 5 * time.Second, nil
 }
 
 // logLevels reads the log levels: RUST_LOG as ztunnel reads it (Istio's

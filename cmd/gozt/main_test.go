@@ -5,7 +5,6 @@ import (
 	"errors"
 	"strings"
 	"testing"
-	"time"
 )
 
 func TestRunCommands(t *testing.T) {
@@ -64,29 +63,6 @@ func TestBenchMoved(t *testing.T) {
 	}
 	if got := exitCode(errUsage); got != 1 {
 		t.Errorf("exitCode(%v) = %d, want 1", errUsage, got)
-	}
-}
-
-func TestDrainDeadline(t *testing.T) {
-	for _, tc := range []struct {
-		deadline, grace string
-		want            time.Duration
-		wantErr         bool
-	}{
-		{want: 5 * time.Second},
-		{deadline: "2s", grace: "30", want: 2 * time.Second},
-		{grace: "30", want: 25 * time.Second},
-		{grace: "10", want: 9 * time.Second},
-		{grace: "1", want: time.Second},
-		{grace: "x", wantErr: true},
-		{deadline: "soon", wantErr: true},
-	} {
-		t.Setenv("CONNECTION_TERMINATION_DEADLINE", tc.deadline)
-		t.Setenv("TERMINATION_GRACE_PERIOD_SECONDS", tc.grace)
-		got, err := drainDeadline()
-		if (err != nil) != tc.wantErr || (!tc.wantErr && got != tc.want) {
-			t.Errorf("drainDeadline(%q, %q) = %v, %v; want %v (error %v)", tc.deadline, tc.grace, got, err, tc.want, tc.wantErr)
-		}
 	}
 }
 

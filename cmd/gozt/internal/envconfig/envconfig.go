@@ -357,6 +357,20 @@ func (c *Config) resolveToken(l *loader) {
 	}
 }
 
+// DrainDeadline reads only the drain deadline from environ, by Load's rule
+// (Config.DrainDeadline), with Load's errors: for gozt local, which reads
+// no other variable of gozt proxy's.
+func DrainDeadline(environ []string) (time.Duration, error) {
+	l := loader{vars: make(map[string]string)}
+	for _, kv := range environ {
+		k, v, _ := strings.Cut(kv, "=")
+		l.vars[k] = v
+	}
+	var c Config
+	c.resolveDrain(&l)
+	return c.DrainDeadline, l.err
+}
+
 // resolveDrain: CONNECTION_TERMINATION_DEADLINE, else from
 // TERMINATION_GRACE_PERIOD_SECONDS (secs−5 if >10 else secs−1, ≥1s), else 5s.
 func (c *Config) resolveDrain(l *loader) {

@@ -198,3 +198,30 @@ func TestBadValues(t *testing.T) {
 		}
 	}
 }
+
+// TestDrainDeadline: gozt local's reading of the drain deadline alone
+// follows Load's rule and errors.
+func TestDrainDeadline(t *testing.T) {
+	for _, tc := range []struct {
+		deadline, grace string
+		want            time.Duration
+		wantErr         bool
+	}{
+		{want: 5 * time.Second},
+		{deadline: "2s", grace: "30", want: 2 * time.Second},
+		{grace: "30", want: 25 * time.Second},
+		{grace: "10", want: 9 * time.Second},
+		{grace: "1", want: time.Second},
+		{grace: "x", wantErr: true},
+		{deadline: "soon", wantErr: true},
+	} {
+		env := []string{"CONNECTION_TERMINATION_DEADLINE=" + tc.deadline, "TERMINATION_GRACE_PERIOD_SECONDS=" + tc.grace}
+		got, err := DrainDeadline(env)
+		if (err != nil) != tc.wantErr || (!tc.wantErr && got != tc.want) {
+			t.Errorf("DrainDeadline(%q, %q) = %v, %v; want %v (error %v)", tc.deadline, tc.grace, got, err, tc.want, tc.wantErr)
+		}
+		if c, lerr := Load(env); lerr == nil && !tc.wantErr && c.DrainDeadline != got {
+			t.Errorf("Load's DrainDeadline %v, DrainDeadline's %v", c.DrainDeadline, got)
+		}
+	}
+}
