@@ -176,7 +176,7 @@ func runLocal(args []string, stdout, stderr io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	deadline, err := envconfig.DrainDeadline(os.Environ())
+	env, err := envconfig.LoadLocal(os.Environ())
 	if err != nil {
 		return err
 	}
@@ -185,7 +185,7 @@ func runLocal(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	opts.Levels = levels
-	opts.Logger = newLogger(stderr, os.Getenv("LOG_FORMAT"), levels)
+	opts.Logger = newLogger(stderr, env.LogFormat, levels)
 	opts.Out = stdout
 	raiseFileLimit(opts.Logger)
 	opts.MemoryLimit = memoryLimit(opts.Logger)
@@ -202,8 +202,8 @@ func runLocal(args []string, stdout, stderr io.Writer) error {
 	case <-m.Done(): // a background loop failed: exit 1 with its error
 	}
 	stop() // a second SIGINT now kills the process at once
-	opts.Logger.Info("shutting down", "drain", deadline)
-	dctx, cancel := context.WithTimeout(context.Background(), deadline)
+	opts.Logger.Info("shutting down", "drain", env.DrainDeadline)
+	dctx, cancel := context.WithTimeout(context.Background(), env.DrainDeadline)
 	defer cancel()
 	return m.Shutdown(dctx)
 }

@@ -66,6 +66,17 @@ func TestBenchMoved(t *testing.T) {
 	}
 }
 
+// TestLocalBadLogFormat: gozt local refuses a LOG_FORMAT gozt proxy
+// refuses, with the variable's name, before it starts anything.
+func TestLocalBadLogFormat(t *testing.T) {
+	t.Setenv("LOG_FORMAT", "JSON")
+	var out, errOut bytes.Buffer
+	err := run([]string{"local"}, &out, &errOut)
+	if err == nil || !strings.Contains(err.Error(), "LOG_FORMAT") {
+		t.Errorf("gozt local with LOG_FORMAT=JSON = %v, want an error naming LOG_FORMAT", err)
+	}
+}
+
 func TestLocalBadConfig(t *testing.T) {
 	var out, errOut bytes.Buffer
 	err := run([]string{"local", "--config", "/nonexistent/mesh.yaml"}, &out, &errOut)

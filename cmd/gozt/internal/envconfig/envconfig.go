@@ -233,9 +233,7 @@ func load(environ []string, meshPath string) (Config, error) {
 	if c.LocalXDSPath != "" && c.LocalXDS != "" {
 		l.fail("LOCAL_XDS", "LOCAL_XDS and LOCAL_XDS_PATH are mutually exclusive")
 	}
-	if c.LogFormat != "plain" && c.LogFormat != "json" {
-		l.fail("LOG_FORMAT", "must be plain or json, not %q", c.LogFormat)
-	}
+	c.checkLogFormat(&l)
 	// Istio's chart sets CRL_PATH only with peerCaCrl.enabled.
 	c.CRLPath = l.get("CRL_PATH")
 	if l.boolean("FAKE_CA", false) {
@@ -357,18 +355,30 @@ func (c *Config) resolveToken(l *loader) {
 	}
 }
 
-// DrainDeadline reads only the drain deadline from environ, by Load's rule
-// (Config.DrainDeadline), with Load's errors: for gozt local, which reads
-// no other variable of gozt proxy's.
-func DrainDeadline(environ []string) (time.Duration, error) {
+// Local is what gozt local reads of gozt proxy's variables.
+type Local struct {
+	DrainDeadline time.Duration // as Config.DrainDeadline
+	LogFormat     string        // as Config.LogFormat
+}
+
+// LoadLocal reads Local from environ by Load's rules, with Load's errors,
+// so that the two modes read a variable alike.
+func LoadLocal(environ []string) (Local, error) {
 	l := loader{vars: make(map[string]string)}
 	for _, kv := range environ {
 		k, v, _ := strings.Cut(kv, "=")
 		l.vars[k] = v
 	}
-	var c Config
+	c := Config{LogFormat: l.str("LOG_FORMAT", "plain")}
 	c.resolveDrain(&l)
-	return c.DrainDeadline, l.err
+	c.checkLogFormat(&l)
+	return Local{DrainDeadline: c.DrainDeadline, LogFormat: c.LogFormat}, l.err
+}
+
+func (c *Config) checkLogFormat(l *loader) {
+	if c.LogFormat != "plain" && c.LogFormat != "json" {
+		l.fail("LOG_FORMAT", "must be plain or json, not %q", c.LogFormat)
+	}
 }
 
 // resolveDrain: CONNECTION_TERMINATION_DEADLINE, else from

@@ -199,29 +199,35 @@ func TestBadValues(t *testing.T) {
 	}
 }
 
-// TestDrainDeadline: gozt local's reading of the drain deadline alone
-// follows Load's rule and errors.
-func TestDrainDeadline(t *testing.T) {
+// TestLoadLocal: gozt local reads the drain deadline and LOG_FORMAT by
+// Load's rules, with its errors.
+func TestLoadLocal(t *testing.T) {
 	for _, tc := range []struct {
-		deadline, grace string
-		want            time.Duration
-		wantErr         bool
+		deadline, grace, format string
+		want                    Local
+		wantErr                 string // in the error, "" for none
 	}{
-		{want: 5 * time.Second},
-		{deadline: "2s", grace: "30", want: 2 * time.Second},
-		{grace: "30", want: 25 * time.Second},
-		{grace: "10", want: 9 * time.Second},
-		{grace: "1", want: time.Second},
-		{grace: "x", wantErr: true},
-		{deadline: "soon", wantErr: true},
+		{want: Local{5 * time.Second, "plain"}},
+		{deadline: "2s", grace: "30", format: "json", want: Local{2 * time.Second, "json"}},
+		{grace: "30", want: Local{25 * time.Second, "plain"}},
+		{grace: "10", want: Local{9 * time.Second, "plain"}},
+		{grace: "1", want: Local{time.Second, "plain"}},
+		{grace: "x", wantErr: "TERMINATION_GRACE_PERIOD_SECONDS"},
+		{deadline: "soon", wantErr: "CONNECTION_TERMINATION_DEADLINE"},
+		{format: "JSON", wantErr: "LOG_FORMAT"},
 	} {
 		env := []string{"CONNECTION_TERMINATION_DEADLINE=" + tc.deadline, "TERMINATION_GRACE_PERIOD_SECONDS=" + tc.grace}
-		got, err := DrainDeadline(env)
-		if (err != nil) != tc.wantErr || (!tc.wantErr && got != tc.want) {
-			t.Errorf("DrainDeadline(%q, %q) = %v, %v; want %v (error %v)", tc.deadline, tc.grace, got, err, tc.want, tc.wantErr)
+		if tc.format != "" {
+			env = append(env, "LOG_FORMAT="+tc.format)
 		}
-		if c, lerr := Load(env); lerr == nil && !tc.wantErr && c.DrainDeadline != got {
-			t.Errorf("Load's DrainDeadline %v, DrainDeadline's %v", c.DrainDeadline, got)
+		got, err := LoadLocal(env)
+		switch {
+		case tc.wantErr != "":
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("LoadLocal(%q) = %+v, %v; want an error naming %s", env, got, err, tc.wantErr)
+			}
+		case err != nil || got != tc.want:
+			t.Errorf("LoadLocal(%q) = %+v, %v; want %+v", env, got, err, tc.want)
 		}
 	}
 }
