@@ -154,7 +154,7 @@ func TestHandleResponseEndsRelaxation(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var applyPercent int
 			st := state.NewStore(state.Config{OnUpdate: func(_, _ *state.Snapshot) { applyPercent, _ = gcSettings() }})
-			c, err := NewClient(Config{Address: "https://istiod:15012", TLS: &tls.Config{}, Store: st})
+			c, err := NewClient(Config{Address: "https://istiod:15012", TLS: &tls.Config{}, Store: st, TunePushes: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -183,7 +183,7 @@ func TestHandleResponseEndsRelaxation(t *testing.T) {
 	t.Run("none handed", func(t *testing.T) {
 		var applyPercent int
 		st := state.NewStore(state.Config{OnUpdate: func(_, _ *state.Snapshot) { applyPercent, _ = gcSettings() }})
-		c, err := NewClient(Config{Address: "https://istiod:15012", TLS: &tls.Config{}, Store: st})
+		c, err := NewClient(Config{Address: "https://istiod:15012", TLS: &tls.Config{}, Store: st, TunePushes: true})
 		if err != nil {
 			t.Fatal(err)
 		}
