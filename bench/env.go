@@ -37,7 +37,7 @@ func budgetFor(quick bool) budget {
 	if quick {
 		return budget{reps: 3, dur: 300 * time.Millisecond, warmDur: 150 * time.Millisecond, rtts: 1000,
 			connLat: 300, workers: 4, idleConns: 2000, workloads: 100_000,
-			nodePods: nodePods, nodeIdle: 2 * time.Second, nodeProbe: 10 * time.Millisecond, nodeReps: 2, nodeCost: 1,
+			nodePods: nodePods, nodeIdle: time.Second, nodeProbe: 10 * time.Millisecond, nodeReps: 1, nodeCost: 1,
 			quietWindow: 100 * time.Millisecond, quietCap: 500 * time.Millisecond}
 	}
 	return budget{reps: 7, dur: 2 * time.Second, warmDur: time.Second, rtts: 20_000,

@@ -54,8 +54,8 @@ func TestNodeScenario(t *testing.T) {
 	if len(e.notes) > 0 {
 		t.Errorf("notes %q, want none", e.notes)
 	}
-	if len(rs) != 20 {
-		t.Errorf("%d results, want 20", len(rs))
+	if len(rs) != 22 {
+		t.Errorf("%d results, want 22", len(rs))
 	}
 	for _, r := range rs {
 		if r.Scenario != nodeTitle || r.Samples != 1 {

@@ -633,7 +633,10 @@ func (nb *nodeBench) traffic(ctx context.Context) ([]Result, error) {
 	pods := len(nb.pods)
 	spread := nb.podDial(func() int { return int(next.Add(1)-1) % pods })
 	one := nb.podDial(func() int { return 0 })
-	onePod, all := "1 pod", fmt.Sprintf("%d pods", pods)
+	w := nb.e.b.workers
+	var nextFew atomic.Int64
+	few := nb.podDial(func() int { return int(nextFew.Add(1)-1) % min(w, pods) })
+	onePod, fewPods, all := "1 pod", fmt.Sprintf("%d pods", min(w, pods)), fmt.Sprintf("%d pods", pods)
 	// Each pod's first connection opens its HBONE connection (an mTLS
 	// handshake): open them all before measuring, whatever the warm-up's
 	// length.
@@ -642,7 +645,7 @@ func (nb *nodeBench) traffic(ctx context.Context) ([]Result, error) {
 			return nil, fmt.Errorf("first connection through each pod: %w", err)
 		}
 	}
-	c, err := nb.e.measure(ctx, "node", []variant{nb.rateOf(onePod, one, g), nb.rateOf(all, spread, g)}, "rate", "conn/s")
+	c, err := nb.e.measure(ctx, "node", []variant{nb.rateOf(onePod, one, g), nb.rateOf(fewPods, few, g), nb.rateOf(all, spread, g)}, "rate", "conn/s")
 	if err != nil {
 		return nil, err
 	}
@@ -652,7 +655,10 @@ func (nb *nodeBench) traffic(ctx context.Context) ([]Result, error) {
 	}
 	for name, dial := range map[string]dialFunc{"traffic-1-pod": one, "traffic-all-pods": spread} {
 		err := nb.profile(ctx, name, 3*time.Second, func(ctx context.Context, d time.Duration) error {
-			_, _, err := connectRate(ctx, dial, nb.e.b.workers, d)
+			n, t, err := connectRate(ctx, dial, nb.e.b.workers, d)
+			if err == nil {
+				fmt.Fprintf(nb.e.stderr, "node: profile %s: %d connections in %.1f s\n", name, n, t.Seconds())
+			}
 			return err
 		})
 		if err != nil {
@@ -660,12 +666,15 @@ func (nb *nodeBench) traffic(ctx context.Context) ([]Result, error) {
 		}
 	}
 	nc, nr := c.count(all, "rate"), r.count(all, "p50")
-	w := nb.e.b.workers
 	return []Result{
 		row(nodeTitle, fmt.Sprintf("connect + 1 byte + close, %d clients spread over the pods", w), c.median(all, "rate"), "conn/s", nc).
 			vs(onePod, c.median(onePod, "rate")).goal(Target{Bound: 0.95}).
 			note("each connection through the next pod's SOCKS5 port to its own test server over HBONE (the pod's 15008)"),
 		row(nodeTitle, "proxy CPU per connection", c.median(all, "cpu"), "µs", nc).vs(onePod, c.median(onePod, "cpu")),
+		row(nodeTitle, fmt.Sprintf("connect + 1 byte + close, %d clients spread over the pods", w), c.median(all, "rate"), "conn/s", nc).
+			vs(fewPods, c.median(fewPods, "rate")).
+			note("against as many pods as clients: through one pod the clients' streams share one HBONE connection, whose reads and writes then carry several frames"),
+		row(nodeTitle, "proxy CPU per connection", c.median(all, "cpu"), "µs", nc).vs(fewPods, c.median(fewPods, "cpu")),
 		row(nodeTitle, fmt.Sprintf("1-byte round trip p50, %d clients spread over the pods", w), r.median(all, "p50"), "µs", nr).vs(onePod, r.median(onePod, "p50")).
 			note(fmt.Sprintf("%d round trips per connection", rttsPerConn)),
 		row(nodeTitle, fmt.Sprintf("1-byte round trip p99, %d clients spread over the pods", w), r.median(all, "p99"), "µs", nr).vs(onePod, r.median(onePod, "p99")),
