@@ -653,7 +653,7 @@ func (nb *nodeBench) traffic(ctx context.Context) ([]Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	for name, dial := range map[string]dialFunc{"traffic-1-pod": one, "traffic-all-pods": spread} {
+	for name, dial := range map[string]dialFunc{"traffic-1-pod": one, "traffic-few-pods": few, "traffic-all-pods": spread} {
 		err := nb.profile(ctx, name, 3*time.Second, func(ctx context.Context, d time.Duration) error {
 			n, t, err := connectRate(ctx, dial, nb.e.b.workers, d)
 			if err == nil {
