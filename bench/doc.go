@@ -64,6 +64,24 @@
 // socket it makes goes through InNetns while the traffic takes the same
 // loopback path as in dedicated mode (shared.go).
 //
+// The "node" scenario (root only; skipped with a note otherwise) runs the
+// gozt binary itself, `gozt proxy` in shared mode as the DaemonSet runs it
+// (built from cmd/gozt into the run's directory, or --gozt PATH), with 110
+// pods: network namespaces the harness makes (unshare on a locked thread,
+// held by descriptors, so nothing outlives the run) and hands over through
+// ZDS as istio-cni does (proxy/inpod/inpodtest), the fake istiod (the xds
+// role with --ca, certs/istioca/istiocatest's CA) holding their workloads.
+// gozt and istiod run in a namespace of their own, entered by re-running
+// the harness as `<exe> bench --netns-exec PATH PROGRAM ARGS...`, so that
+// gozt's fixed side ports (15000, 15020, 15021) meet nothing on the host. It
+// reports ZDS add latency against the "bare-pods" role (a program that
+// only enters each pod's namespace and opens the same sockets), restart
+// re-adoption under clients, per-pod memory, goroutines, descriptors and
+// idle CPU, and traffic spread over the pods against one pod (node.go).
+// With --cpuprofile-dir it also writes gozt's CPU profiles (taken from its
+// admin port) of Adds, of idle pods and of traffic, and its heap and
+// goroutine profiles with no pod and with all.
+//
 // Only cmd/gozt-bench imports bench; the node binary, cmd/gozt, must not
 // (deps_test.go).
 package bench

@@ -24,6 +24,11 @@ type budget struct {
 	workers     int           // concurrent clients of the connect-rate runs
 	idleConns   int           // connections of the idle-memory scenario
 	workloads   int           // workloads per xDS push
+	nodePods    int           // pods of the node scenario
+	nodeIdle    time.Duration // the node scenario's idle CPU window
+	nodeProbe   time.Duration // each pod's client's interval in the node scenario's restart
+	nodeReps    int           // the node scenario's repetitions (0: reps), unless --reps is given
+	nodeCost    int           // the node scenario's repetitions of its idle samples (at most)
 	quietWindow time.Duration // how long the idle check samples /proc/stat
 	quietCap    time.Duration // longest wait for a quiet machine
 }
@@ -32,10 +37,12 @@ func budgetFor(quick bool) budget {
 	if quick {
 		return budget{reps: 3, dur: 300 * time.Millisecond, warmDur: 150 * time.Millisecond, rtts: 1000,
 			connLat: 300, workers: 4, idleConns: 2000, workloads: 100_000,
+			nodePods: nodePods, nodeIdle: time.Second, nodeProbe: 10 * time.Millisecond, nodeReps: 1, nodeCost: 1,
 			quietWindow: 100 * time.Millisecond, quietCap: 500 * time.Millisecond}
 	}
 	return budget{reps: 7, dur: 2 * time.Second, warmDur: time.Second, rtts: 20_000,
 		connLat: 3000, workers: 4, idleConns: 10_000, workloads: 100_000,
+		nodePods: nodePods, nodeIdle: 30 * time.Second, nodeProbe: 10 * time.Millisecond, nodeCost: 3,
 		quietWindow: 200 * time.Millisecond, quietCap: 3 * time.Second}
 }
 

@@ -59,12 +59,13 @@ type roleStarter func(ctx context.Context, args []string) (role, error)
 // roles maps role names to their constructors.
 func roles() map[string]roleStarter {
 	return map[string]roleStarter{
-		"app":      startApp,
-		"gozt":     startGozt,
-		"xnet-out": startXnetOut,
-		"xnet-in":  startXnetIn,
-		"relay":    startRelay,
-		"xds":      startXDS,
+		"app":       startApp,
+		"gozt":      startGozt,
+		"xnet-out":  startXnetOut,
+		"xnet-in":   startXnetIn,
+		"relay":     startRelay,
+		"xds":       startXDS,
+		"bare-pods": startBare,
 	}
 }
 

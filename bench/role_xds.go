@@ -2,11 +2,13 @@ package bench
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"strconv"
 	"time"
@@ -15,6 +17,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"istio.io/istio/pkg/workloadapi"
 
+	"github.com/gozt/gozt/certs/istioca/istiocatest"
+	"github.com/gozt/gozt/certs/localca"
 	"github.com/gozt/gozt/xds"
 	"github.com/gozt/gozt/xds/xdsserver"
 )
@@ -31,6 +35,10 @@ import (
 // answers, as JSON, the time until every client ACKed it and the wire size;
 // "remove N TAG" removes them again the same way.
 //
+// With --ca it also serves istiod's CA (certs/istioca/istiocatest, the
+// project's one fake CA), and with --pods N it holds the workloads of the
+// node scenario's N pods from the start (node.go).
+//
 // The role stands for istiod, which runs on another machine than the
 // proxies it serves: with --low-priority (the harness's choice) every thread
 // of the process runs at nice 19, and prepare builds a push before the
@@ -39,6 +47,7 @@ import (
 // the same two cores costs them.
 type xdsRole struct {
 	srv      *xdsserver.Server
+	ca       *istiocatest.Server // the CA of --ca, or nil
 	clients  int
 	caFile   string
 	prepared preparedPush
@@ -57,6 +66,9 @@ func startXDS(_ context.Context, args []string) (role, error) {
 	caFile := fs.String("ca-out", "", "write the server's certificate (PEM) to `FILE`")
 	clients := fs.Int("clients", 2, "clients that must ACK each push")
 	low := fs.Bool("low-priority", false, "run every thread at nice 19, as a control plane off the node")
+	withCA := fs.Bool("ca", false, "also serve istiod's CA (IstioCertificateService) with the same certificate")
+	pods := fs.Int("pods", 0, "hold the workloads of `N` pods of the node scenario (nodePodWorkload)")
+	podNode := fs.String("pod-node", "", "the node name of the --pods workloads")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -77,16 +89,50 @@ func startXDS(_ context.Context, args []string) (role, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &xdsRole{srv: srv, clients: *clients, caFile: *caFile}, nil
+	x := &xdsRole{srv: srv, clients: *clients, caFile: *caFile}
+	for i := range *pods {
+		srv.PushWorkload(nodePodWorkload(i, *podNode))
+	}
+	if *withCA {
+		if x.ca, err = startCA(srvTLS); err != nil {
+			srv.Close()
+			return nil, err
+		}
+	}
+	return x, nil
+}
+
+// startCA serves a CA signing with a fresh localca root on 127.0.0.1 with
+// the xDS server's certificate, so that one root file verifies both.
+func startCA(srvTLS *tls.Config) (*istiocatest.Server, error) {
+	ca, err := localca.New(localca.Config{})
+	if err != nil {
+		return nil, err
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	return istiocatest.Serve(ca, srvTLS, lis)
 }
 
 func (x *xdsRole) info() map[string]string {
-	return map[string]string{"addr": "https://" + x.srv.Addr(), "ca": x.caFile}
+	m := map[string]string{"addr": "https://" + x.srv.Addr(), "ca": x.caFile}
+	if x.ca != nil {
+		m["ca_addr"] = x.ca.URL()
+	}
+	return m
 }
 
 func (x *xdsRole) stats(m map[string]any) { m["streams"] = x.srv.Connections() }
 
-func (x *xdsRole) close() error { x.srv.Close(); return nil }
+func (x *xdsRole) close() error {
+	x.srv.Close()
+	if x.ca != nil {
+		x.ca.Close()
+	}
+	return nil
+}
 
 func (x *xdsRole) command(ctx context.Context, name string, args []string) (string, error) {
 	switch name {

@@ -29,6 +29,7 @@ type options struct {
 	traceDir   string
 	haproxy    string
 	reps       int
+	goztBin    string
 }
 
 // listFlag collects repeated or comma-separated values.
@@ -77,6 +78,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.profileDir, "cpuprofile-dir", "", "write a CPU profile and an allocation profile (.allocs.pprof) of each proxy process to `DIR`")
 	fs.StringVar(&o.traceDir, "trace-dir", "", "write a runtime execution trace of each proxy process to `DIR` (go tool trace; -pprof=sched for where goroutines waited to run)")
 	fs.StringVar(&o.haproxy, "haproxy", "", "haproxy binary (default: haproxy on PATH)")
+	fs.StringVar(&o.goztBin, "gozt", "", "the gozt binary of the node scenario (default: go build ./cmd/gozt into the run's directory)")
 	fs.IntVar(&o.reps, "reps", 0, "measured repetitions per variant (0: 3 with --quick, else 7)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -107,6 +109,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return errors.New("bench: --role needs a name")
 		}
 		return runRole(ctx, args[1], args[2:], stdout)
+	}
+	if len(args) > 0 && args[0] == netnsExecFlag {
+		return execInNetns(args[1:])
 	}
 	opts, err := parseOptions(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {

@@ -34,6 +34,7 @@ func allScenarios() []scenario {
 		{"idle-memory", "idle memory", "memory per idle connection per proxy after one round trip each, vs the x/net pair", runIdleMemory},
 		{"rbac", "RBAC 10k policies", "connection round trip to a workload under 10,000 policies, vs one without", runRBAC},
 		{"shared", sharedTitle, "shared (in-pod) mode, root only: connect rate, HBONE throughput and idle memory with every socket made in a pod netns, vs dedicated mode", runShared},
+		{"node", nodeTitle, "a node in shared mode, root only: 110 pods handed over by ZDS; add latency vs a bare program, restart re-adoption, per-pod cost, traffic over 110 pods vs 1", runNode},
 		{"xds-push", "xDS push", "xDS push of 100,000 workloads during traffic: apply time, size, longest stall of a live connection", runXDSPush},
 	}
 }

@@ -188,10 +188,22 @@ func (s *Server) newListener(srv *dns.Server, addr net.Addr, network string) *li
 	srv.DecorateReader = func(r dns.Reader) dns.Reader { return screen{Reader: r, self: addrPort(addr), busy: s.busy} }
 	srv.NotifyStartedFunc = func() { close(l.started) }
 	srv.ReadTimeout = requestTimeout
+	if network == "udp" {
+		// miekg/dns sets this deadline on each read of the one UDP
+		// socket and reads again when it passes: an idle listener woke
+		// every 5 s for nothing, two per pod in shared mode (gozt
+		// bench's node scenario, bench/NOTES.md). Shutdown does not
+		// need it: it moves the deadline into the past itself.
+		srv.ReadTimeout = udpReadWait
+	}
 	srv.WriteTimeout = requestTimeout
 	srv.IdleTimeout = func() time.Duration { return requestTimeout }
 	return l
 }
+
+// udpReadWait is how long a UDP listener's read waits before it is
+// started again: long enough that an idle listener costs nothing.
+const udpReadWait = 24 * time.Hour
 
 // busy reports whether the in-flight bound is full: a query read now would
 // be answered SERVFAIL as busy.

@@ -15,6 +15,7 @@ package istiocatest
 import (
 	"context"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"net"
 	"sync"
@@ -111,6 +112,22 @@ func start(tb testing.TB, ca *localca.CA, tlsCfg *tls.Config, tcp net.Listener) 
 	if tlsCfg == nil {
 		tlsCfg = ServerTLS(tb, ca, ServerName, "localhost", "127.0.0.1")
 	}
+	s := serve(ca, tlsCfg, tcp)
+	tb.Cleanup(s.Close)
+	return s
+}
+
+// Serve starts a fake CA signing with ca on the TCP listener lis (which it
+// takes over) with server TLS configuration tlsCfg, for a program that has
+// no testing.TB: gozt bench's fake istiod. Close stops it.
+func Serve(ca *localca.CA, tlsCfg *tls.Config, lis net.Listener) (*Server, error) {
+	if ca == nil || tlsCfg == nil || lis == nil {
+		return nil, errors.New("istiocatest: Serve needs a CA, a TLS configuration and a listener")
+	}
+	return serve(ca, tlsCfg, lis), nil
+}
+
+func serve(ca *localca.CA, tlsCfg *tls.Config, tcp net.Listener) *Server {
 	s := &Server{
 		ca:      ca,
 		roots:   ca.Roots(),
@@ -125,11 +142,15 @@ func start(tb testing.TB, ca *localca.CA, tlsCfg *tls.Config, tcp net.Listener) 
 	if tcp != nil {
 		s.wg.Go(func() { s.grpc.Serve(&trackingListener{Listener: tcp, s: s}) })
 	}
-	tb.Cleanup(func() {
-		s.grpc.Stop() // closes listeners and connections, cancels RPCs
-		s.wg.Wait()
-	})
 	return s
+}
+
+// Close stops the server: it closes its listeners and connections, cancels
+// the RPCs in progress and waits for its goroutines. A test's server is
+// closed when the test ends.
+func (s *Server) Close() {
+	s.grpc.Stop()
+	s.wg.Wait()
 }
 
 // Addr returns the TCP address ("127.0.0.1:port"), or for an in-memory

@@ -53,16 +53,25 @@ type Server struct {
 // does). The test's cleanup closes the Server.
 func NewServer(tb testing.TB, path string) *Server {
 	tb.Helper()
+	s, err := Listen(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(s.Close)
+	return s
+}
+
+// Listen is NewServer for a program without a testing.TB (gozt bench's
+// node scenario plays istio-cni with it); the caller closes the Server.
+func Listen(path string) (*Server, error) {
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		tb.Fatalf("remove stale socket: %v", err)
+		return nil, fmt.Errorf("inpodtest: remove stale socket: %w", err)
 	}
 	l, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
 	if err != nil {
-		tb.Fatalf("listen %s: %v", path, err)
+		return nil, fmt.Errorf("inpodtest: listen %s: %w", path, err)
 	}
-	s := &Server{path: path, l: l}
-	tb.Cleanup(s.Close)
-	return s
+	return &Server{path: path, l: l}, nil
 }
 
 // Path returns the socket path.
