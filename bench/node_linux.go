@@ -18,6 +18,7 @@ import (
 
 	"github.com/gozt/gozt/proxy/inpod"
 	"github.com/gozt/gozt/proxy/inpod/inpodtest"
+	"github.com/gozt/gozt/proxy/netns"
 	"github.com/gozt/gozt/proxy/sockopt"
 )
 
@@ -28,7 +29,7 @@ type nodeBench struct {
 	dir    string // sockets and files
 	gozt   string // the gozt binary
 	nodeNS *os.File
-	node   *inpod.Netns // the harness's way into the node's namespace
+	node   *netns.Handle // the harness's way into the node's namespace
 	istiod *child
 	pods   []*nodePod
 	apps   connServer
@@ -41,21 +42,21 @@ type nodeBench struct {
 type nodePod struct {
 	i     int
 	ns    *os.File
-	netns *inpod.Netns
+	netns *netns.Handle
 }
 
 func (p *nodePod) info() inpod.WorkloadInfo {
 	return inpod.WorkloadInfo{Name: nodePodName(p.i), Namespace: nodePodNS, ServiceAccount: nodePodSA(p.i)}
 }
 
-// openNetns returns an inpod.Netns of its own for the namespace f holds.
-func openNetns(f *os.File) (*inpod.Netns, error) {
+// openNetns returns an netns.Handle of its own for the namespace f holds.
+func openNetns(f *os.File) (*netns.Handle, error) {
 	fd, err := unix.Dup(int(f.Fd()))
 	if err != nil {
 		return nil, err
 	}
 	unix.CloseOnExec(fd)
-	return inpod.NewNetns(os.NewFile(uintptr(fd), f.Name()))
+	return netns.New(os.NewFile(uintptr(fd), f.Name()))
 }
 
 func (e *env) newNodeBench(ctx context.Context, pods int) (nb *nodeBench, err error) {

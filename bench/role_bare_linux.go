@@ -14,13 +14,13 @@ import (
 	"google.golang.org/protobuf/proto"
 	"istio.io/istio/pkg/zdsapi"
 
-	"github.com/gozt/gozt/proxy/inpod"
+	"github.com/gozt/gozt/proxy/netns"
 	"github.com/gozt/gozt/proxy/sockopt"
 )
 
 // bareRole is the floor of the node scenario's add latency: a program that
 // answers istio-cni's ZDS requests doing only what any node proxy must
-// for an Add, entering the pod's network namespace (inpod.Netns, as gozt
+// for an Add, entering the pod's network namespace (netns.Handle, as gozt
 // does) and opening the sockets gozt opens there, with the same options:
 // TCP listeners on 15001, 15006 and 15008 and the DNS proxy's UDP and TCP
 // sockets on 127.0.0.1:15053 and [::1]:15053. It serves nothing on them,
@@ -111,7 +111,7 @@ func (b *bareRole) handle(req *zdsapi.WorkloadRequest, oob []byte) error {
 			}
 			return fmt.Errorf("add %s: %d descriptors, want 1", p.Add.GetUid(), len(files))
 		}
-		ns, err := inpod.NewNetns(files[0])
+		ns, err := netns.New(files[0])
 		if err != nil {
 			return err
 		}
@@ -139,7 +139,7 @@ func (b *bareRole) handle(req *zdsapi.WorkloadRequest, oob []byte) error {
 const podMark = 1337
 
 // openPodSockets opens, inside ns, the sockets gozt opens for a pod.
-func openPodSockets(ns *inpod.Netns) ([]io.Closer, error) {
+func openPodSockets(ns *netns.Handle) ([]io.Closer, error) {
 	var out []io.Closer
 	err := ns.Run(func() error {
 		tcp := sockopt.ListenConfig(sockopt.Options{Transparent: true, ReusePort: true, Mark: podMark})

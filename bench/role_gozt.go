@@ -18,7 +18,7 @@ import (
 	"github.com/gozt/gozt/certs/localca"
 	"github.com/gozt/gozt/internal/runner"
 	"github.com/gozt/gozt/proxy"
-	"github.com/gozt/gozt/proxy/inpod"
+	"github.com/gozt/gozt/proxy/netns"
 	"github.com/gozt/gozt/rbac"
 	"github.com/gozt/gozt/state"
 	"github.com/gozt/gozt/xds"
@@ -34,12 +34,12 @@ import (
 // With --netns the role runs in shared (in-pod) mode: every listener and
 // every upstream socket of its proxies is made inside that network
 // namespace through proxy.Config.InNetns, as `gozt proxy` does for the pods
-// istio-cni hands it (inpod.Netns.Run).
+// istio-cni hands it (netns.Handle.Run).
 type goztRole struct {
 	store   *state.Store
 	certs   *certs.Manager
 	proxies []*proxy.Proxy
-	netns   *inpod.Netns   // the pod network namespace of --netns, or nil
+	netns   *netns.Handle  // the pod network namespace of --netns, or nil
 	run     *runner.Runner // certificates, accept loops, xDS
 	addrs   map[string]string
 	applied time.Duration // how long the initial batch (config and policies) took
@@ -78,7 +78,7 @@ func startGozt(ctx context.Context, args []string) (_ role, err error) {
 	policyNS := fs.String("policy-ns", rbacNS, "namespace of the --policies")
 	xdsAddr := fs.String("xds", "", "xDS server `URL` (https://host:port); empty: none")
 	xdsCA := fs.String("xds-ca", "", "PEM `FILE` of the xDS server's certificate")
-	netns := fs.String("netns", "", "make every socket in the network namespace at `PATH` (shared mode); empty: the process's own")
+	nsPath := fs.String("netns", "", "make every socket in the network namespace at `PATH` (shared mode); empty: the process's own")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -88,8 +88,8 @@ func startGozt(ctx context.Context, args []string) (_ role, err error) {
 			g.close()
 		}
 	}()
-	if *netns != "" {
-		if g.netns, err = inpod.OpenNetns(*netns); err != nil {
+	if *nsPath != "" {
+		if g.netns, err = netns.Open(*nsPath); err != nil {
 			return nil, err
 		}
 	}

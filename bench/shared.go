@@ -16,7 +16,7 @@ import (
 // else, as ztunnel's own pod holds none of the pods' addresses) and is given
 // the harness's namespace as its pod's (--netns /proc/<harness>/ns/net).
 // So every socket it makes goes through proxy.Config.InNetns =
-// inpod.Netns.Run; one made without it would land in the empty namespace
+// netns.Handle.Run; one made without it would land in the empty namespace
 // and reach nothing. The pods' sockets bind loopback addresses of their own
 // (plan.sharedClient, plan.sharedServer) in the namespace the harness's
 // clients and the test server use, so the traffic takes the same loopback

@@ -13,7 +13,6 @@ import (
 
 	"github.com/gozt/gozt/internal/nstest"
 	"github.com/gozt/gozt/internal/tcptest"
-	"github.com/gozt/gozt/proxy/sockopt"
 )
 
 // TestChartGoztDrainsOnSIGTERM (SPEC §8.4) is the drain of the gozt process
@@ -35,7 +34,7 @@ func TestChartGoztDrainsOnSIGTERM(t *testing.T) {
 	ds := render(t, withValues(ourValues(t), map[string]any{"profile": "ambient", "terminationGracePeriodSeconds": drainGrace}))
 	n := startNode(t, goztBinary(t), ds, 0)
 	var lis net.Listener
-	if err := sockopt.InNetns(n.podPath, func() (err error) {
+	if err := nstest.InNetns(n.podPath, func() (err error) {
 		lis, err = net.Listen("tcp", net.JoinHostPort(appIP, "8080"))
 		return err
 	}); err != nil {

@@ -15,7 +15,6 @@ import (
 	"github.com/gozt/gozt/internal/nstest"
 	"github.com/gozt/gozt/internal/proctest"
 	"github.com/gozt/gozt/internal/tcptest"
-	"github.com/gozt/gozt/proxy/sockopt"
 )
 
 // TestChartGoztAtTheDescriptorLimit (TESTPLAN F21, in shared mode): gozt
@@ -34,7 +33,7 @@ func TestChartGoztAtTheDescriptorLimit(t *testing.T) {
 	pid := n.p.cmd.Process.Pid
 
 	var lis net.Listener
-	if err := sockopt.InNetns(n.podPath, func() (err error) {
+	if err := nstest.InNetns(n.podPath, func() (err error) {
 		lis, err = net.Listen("tcp", net.JoinHostPort(appIP, "8080"))
 		return err
 	}); err != nil {
@@ -145,7 +144,7 @@ func TestChartGoztAtTheDescriptorLimit(t *testing.T) {
 	// the accept queue.
 	for i := range 3 {
 		var c net.Conn
-		if err := sockopt.InNetns(n.podPath, func() (err error) {
+		if err := nstest.InNetns(n.podPath, func() (err error) {
 			c, err = net.DialTimeout("tcp", net.JoinHostPort(appIP, "15008"), 2*time.Second)
 			return err
 		}); err != nil {

@@ -30,7 +30,6 @@ import (
 	"github.com/gozt/gozt/internal/nstest"
 	"github.com/gozt/gozt/proxy/inpod"
 	"github.com/gozt/gozt/proxy/inpod/inpodtest"
-	"github.com/gozt/gozt/proxy/sockopt"
 	"github.com/gozt/gozt/xds/xdstest"
 )
 
@@ -97,7 +96,7 @@ func startIstiod(t *testing.T, nsPath string) *istiod {
 	// Both constructors make their listeners before returning, so the
 	// sockets are the namespace's; their failures end the test from this
 	// goroutine only after the thread is restored.
-	err = sockopt.InNetns(nsPath, func() error {
+	err = nstest.InNetns(nsPath, func() error {
 		cp.xds = xdstest.NewServer(t, stls)
 		cp.cas = istiocatest.NewServer(t, ca, stls)
 		return nil
@@ -478,7 +477,7 @@ func (p *proc) stop(t *testing.T, ds *appsv1.DaemonSet) {
 func netnsHTTPClient(nsPath string) *http.Client {
 	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
 		var c net.Conn
-		err := sockopt.InNetns(nsPath, func() error {
+		err := nstest.InNetns(nsPath, func() error {
 			var err error
 			c, err = (&net.Dialer{Timeout: 2 * time.Second}).DialContext(ctx, network, addr)
 			return err
@@ -527,7 +526,7 @@ func waitReady(t *testing.T, c *http.Client, url string, p *proc) {
 func checkPodListener(t *testing.T, podPath, wantID string) {
 	t.Helper()
 	var conn net.Conn
-	err := sockopt.InNetns(podPath, func() error {
+	err := nstest.InNetns(podPath, func() error {
 		var err error
 		conn, err = net.DialTimeout("tcp", net.JoinHostPort(appIP, "15008"), 2*time.Second)
 		return err
@@ -560,7 +559,7 @@ func checkPodListener(t *testing.T, podPath, wantID string) {
 func checkPodTraffic(t *testing.T, cp *istiod, podPath string, p *proc) {
 	t.Helper()
 	var lis net.Listener
-	err := sockopt.InNetns(podPath, func() (err error) {
+	err := nstest.InNetns(podPath, func() (err error) {
 		lis, err = net.Listen("tcp", net.JoinHostPort(appIP, "8080"))
 		return err
 	})
@@ -603,7 +602,7 @@ func checkPodTraffic(t *testing.T, cp *istiod, podPath string, p *proc) {
 func dialPodHBONE(t *testing.T, cp *istiod, podPath string, p *proc) *hbone.ClientConn {
 	t.Helper()
 	var conn net.Conn
-	err := sockopt.InNetns(podPath, func() (err error) {
+	err := nstest.InNetns(podPath, func() (err error) {
 		conn, err = net.DialTimeout("tcp", net.JoinHostPort(appIP, "15008"), 2*time.Second)
 		return err
 	})

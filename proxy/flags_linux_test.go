@@ -12,7 +12,6 @@ import (
 	"github.com/gozt/gozt/certs/localca"
 	"github.com/gozt/gozt/hbone"
 	"github.com/gozt/gozt/internal/nstest"
-	"github.com/gozt/gozt/proxy/sockopt"
 	"github.com/gozt/gozt/state"
 )
 
@@ -36,7 +35,7 @@ func TestHBONEConnectTimeoutFlag(t *testing.T) {
 	p, err := New(Config{
 		WorkloadUID: "w", Store: state.NewStore(state.Config{}), Certs: issuedCerts{ca},
 		Metrics: NewMetrics(prometheus.NewRegistry()),
-		InNetns: sockopt.InNetnsPath("/run/netns/" + ns),
+		InNetns: nstest.InNetnsPath("/run/netns/" + ns),
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -12,7 +12,7 @@ import (
 	"github.com/gozt/gozt/certs/identity"
 	"github.com/gozt/gozt/certs/localca"
 	"github.com/gozt/gozt/hbone"
-	"github.com/gozt/gozt/proxy/sockopt"
+	"github.com/gozt/gozt/proxy/netns"
 	"github.com/gozt/gozt/state"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -21,7 +21,7 @@ import (
 // ns/server at ip, whose sockets inNetns makes in a network namespace, and
 // returns an HBONE client connection to its 15008 with a client identity of
 // the same CA, made within ctx, and the proxy. Both end with the test.
-func startInboundInNetns(t *testing.T, ctx context.Context, ip string, inNetns sockopt.InNetnsFunc) (*hbone.ClientConn, *Proxy) {
+func startInboundInNetns(t *testing.T, ctx context.Context, ip string, inNetns netns.Func) (*hbone.ClientConn, *Proxy) {
 	t.Helper()
 	ca, err := localca.New(localca.Config{})
 	if err != nil {

@@ -20,7 +20,6 @@ import (
 	"github.com/gozt/gozt/hbone"
 	"github.com/gozt/gozt/internal/nstest"
 	"github.com/gozt/gozt/internal/workers"
-	"github.com/gozt/gozt/proxy/sockopt"
 )
 
 // seededStream returns n bytes of the stream of seed.
@@ -99,7 +98,7 @@ func TestNetemNoCorruption(t *testing.T) {
 	nstest.Run(t, "ip", "-n", ns, "link", "set", "v0", "up")
 	nstest.Run(t, "ip", "-n", ns, "link", "set", "v1", "up")
 	impairment := impairLoopback(t, ns)
-	inNetns := sockopt.InNetnsPath("/run/netns/" + ns)
+	inNetns := nstest.InNetnsPath("/run/netns/" + ns)
 
 	// The application: reads a stream id, checks the client's stream
 	// while it sends its own, reports out of band.

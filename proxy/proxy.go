@@ -28,6 +28,7 @@ import (
 	"github.com/gozt/gozt/internal/workers"
 	"github.com/gozt/gozt/proxy/connmgr"
 	"github.com/gozt/gozt/proxy/dns"
+	"github.com/gozt/gozt/proxy/netns"
 	"github.com/gozt/gozt/proxy/relay"
 	"github.com/gozt/gozt/proxy/sockopt"
 	"github.com/gozt/gozt/state"
@@ -74,7 +75,7 @@ type Config struct {
 	// this proxy serves (a pod's, in shared mode, SPEC §1.3): every
 	// listener and every upstream socket is created inside it. Nil means
 	// the current one.
-	InNetns sockopt.InNetnsFunc
+	InNetns netns.Func
 	// InboundOnly binds only the inbound HBONE listener (15008): shared
 	// mode's self-proxy, which serves gozt's own identity (SPEC §1.3).
 	InboundOnly bool

@@ -17,7 +17,6 @@ import (
 	"github.com/gozt/gozt/internal/nstest"
 	"github.com/gozt/gozt/internal/tcptest"
 	"github.com/gozt/gozt/internal/workers"
-	"github.com/gozt/gozt/proxy/sockopt"
 )
 
 // TestDestinationUnreachable (TESTPLAN F25): an inbound CONNECT to a port
@@ -38,7 +37,7 @@ func TestDestinationUnreachable(t *testing.T) {
 	nstest.Run(t, "ip", "-n", ns, "link", "set", "v0", "up")
 	nstest.Run(t, "ip", "-n", ns, "link", "set", "v1", "up")
 	nstest.Run(t, "ip", "netns", "exec", ns, "iptables", "-A", "OUTPUT", "-p", "tcp", "-d", ip, "--dport", "9999", "-j", "DROP")
-	inNetns := sockopt.InNetnsPath("/run/netns/" + ns)
+	inNetns := nstest.InNetnsPath("/run/netns/" + ns)
 
 	var echoLn net.Listener
 	if err := inNetns.Run(func() (err error) { echoLn, err = net.Listen("tcp", ip+":8080"); return err }); err != nil {

@@ -18,7 +18,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gozt/gozt/internal/nstest"
-	"github.com/gozt/gozt/proxy/sockopt"
 	"github.com/gozt/gozt/state"
 )
 
@@ -66,11 +65,11 @@ func selfDatagrams(t *testing.T, payload []byte) uint64 {
 			return st.Snapshot(), testClient
 		},
 		Addrs:   []netip.AddrPort{self},
-		InNetns: sockopt.InNetnsPath(ns),
+		InNetns: nstest.InNetnsPath(ns),
 	})
 	runServer(t, srv)
 	before := udpInDatagrams(t, ns)
-	if err := sockopt.InNetns(ns, func() error { return sendRawUDP(self, self, payload) }); err != nil {
+	if err := nstest.InNetns(ns, func() error { return sendRawUDP(self, self, payload) }); err != nil {
 		t.Fatalf("inject the datagram: %v", err)
 	}
 	time.Sleep(time.Second)
@@ -82,7 +81,7 @@ func selfDatagrams(t *testing.T, payload []byte) uint64 {
 func udpInDatagrams(t *testing.T, path string) uint64 {
 	t.Helper()
 	var snmp []byte
-	err := sockopt.InNetns(path, func() (err error) {
+	err := nstest.InNetns(path, func() (err error) {
 		// thread-self: the namespace of this thread, which InNetns moved.
 		snmp, err = os.ReadFile("/proc/thread-self/net/snmp")
 		return err

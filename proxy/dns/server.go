@@ -14,6 +14,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/gozt/gozt/proxy/netns"
 	"github.com/gozt/gozt/proxy/sockopt"
 	"github.com/gozt/gozt/state"
 )
@@ -41,7 +42,7 @@ type ServerConfig struct {
 	// InNetns, if non-nil, runs functions inside the workload's network
 	// namespace: the listeners and every upstream socket are made there
 	// (shared mode). Nil means the current one.
-	InNetns sockopt.InNetnsFunc
+	InNetns netns.Func
 	// Mark, if non-zero, is set as SO_MARK on the listeners and upstream
 	// sockets, so the pod's redirect rules skip them.
 	Mark uint32

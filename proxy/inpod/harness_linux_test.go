@@ -16,6 +16,7 @@ import (
 
 	"github.com/gozt/gozt/proxy/inpod"
 	"github.com/gozt/gozt/proxy/inpod/inpodtest"
+	"github.com/gozt/gozt/proxy/netns"
 )
 
 // waitTimeout bounds every wait for something asynchronous to happen.
@@ -35,7 +36,7 @@ type fakePod struct {
 	f    *fakeProxies
 	uid  string
 	info inpod.WorkloadInfo
-	ns   *inpod.Netns
+	ns   *netns.Handle
 }
 
 func newFakeProxies() *fakeProxies {
@@ -46,7 +47,7 @@ func newFakeProxies() *fakeProxies {
 	}
 }
 
-func (f *fakeProxies) start(uid string, info inpod.WorkloadInfo, ns *inpod.Netns) (inpod.Pod, error) {
+func (f *fakeProxies) start(uid string, info inpod.WorkloadInfo, ns *netns.Handle) (inpod.Pod, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if n := f.fail[uid]; n != 0 {

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gozt/gozt/proxy/netns"
 	"github.com/prometheus/client_golang/prometheus"
 	"istio.io/istio/pkg/zdsapi"
 )
@@ -33,7 +34,7 @@ type Pod interface {
 // replaced before a retry succeeded). Start is called from Run's goroutine,
 // one pod at a time; Stops of several pods may run concurrently (on
 // goroutines Run waits for), but never alongside a Start.
-type StartFunc func(uid string, info WorkloadInfo, ns *Netns) (Pod, error)
+type StartFunc func(uid string, info WorkloadInfo, ns *netns.Handle) (Pod, error)
 
 // Pod states, as /config_dump's workloadState spells them (SPEC §8.2).
 const (
@@ -109,8 +110,8 @@ func (c *Config) backoff() backoff {
 //     with mu held.
 //   - pods is written under mu, only by Run's goroutine, which also reads
 //     it without mu; Pods reads it under mu.
-//   - A pod in pods owns its Netns; whoever removes the pod from pods
-//     stops it and then closes the Netns.
+//   - A pod in pods owns its netns.Handle; whoever removes the pod from pods
+//     stops it and then closes the handle.
 type Manager struct {
 	cfg     Config
 	log     *slog.Logger

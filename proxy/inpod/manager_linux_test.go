@@ -9,8 +9,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"istio.io/istio/pkg/zdsapi"
 
+	"github.com/gozt/gozt/internal/nstest"
 	"github.com/gozt/gozt/proxy/inpod"
 	"github.com/gozt/gozt/proxy/inpod/inpodtest"
+	"github.com/gozt/gozt/proxy/netns"
 )
 
 func TestNewRequiresStart(t *testing.T) {
@@ -62,7 +64,7 @@ func TestAddStartsPod(t *testing.T) {
 	if p.info != info {
 		t.Errorf("Start info = %+v, want %+v", p.info, info)
 	}
-	want, err := inpod.OpenNetns(f.path)
+	want, err := netns.Open(f.path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +112,7 @@ func TestAddNewNetnsReplacesPod(t *testing.T) {
 	h.wantEvents("start a", "stop a", "start a")
 	wantOpenFDs(t, f1, 1)
 	wantOpenFDs(t, f2, 2)
-	want, err := inpod.OpenNetns(f2.path)
+	want, err := netns.Open(f2.path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -521,12 +523,12 @@ func wantMetrics(t *testing.T, reg *prometheus.Registry, want map[string]float64
 // TestNetnsIdentity: handles on one namespace are Same, on different
 // files are not; Inode is the file's.
 func TestNetnsIdentity(t *testing.T) {
-	a, err := inpod.OpenNetns("/proc/self/ns/net")
+	a, err := netns.Open("/proc/self/ns/net")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	b, err := inpod.OpenNetns("/proc/thread-self/ns/net")
+	b, err := netns.Open("/proc/thread-self/ns/net")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -534,16 +536,16 @@ func TestNetnsIdentity(t *testing.T) {
 	if !a.Same(b) {
 		t.Error("two handles on this process's netns are not Same")
 	}
-	if got, want := a.Inode(), statInode(t, "/proc/self/ns/net"); got != want {
+	if got, want := a.Inode(), nstest.PathInode(t, "/proc/self/ns/net"); got != want {
 		t.Errorf("Inode() = %d, want %d", got, want)
 	}
 	f1, f2 := newNSFile(t), newNSFile(t)
-	x, err := inpod.OpenNetns(f1.path)
+	x, err := netns.Open(f1.path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer x.Close()
-	y, err := inpod.OpenNetns(f2.path)
+	y, err := netns.Open(f2.path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -551,16 +553,16 @@ func TestNetnsIdentity(t *testing.T) {
 	if x.Same(y) || x.Same(a) {
 		t.Error("handles on different files are Same")
 	}
-	if x.Same(nil) || (*inpod.Netns)(nil).Same(x) {
+	if x.Same(nil) || (*netns.Handle)(nil).Same(x) {
 		t.Error("Same with nil reported true")
 	}
-	if _, err := inpod.OpenNetns("/nonexistent/netns"); err == nil {
-		t.Error("OpenNetns of a missing path succeeded")
+	if _, err := netns.Open("/nonexistent/netns"); err == nil {
+		t.Error("netns.Open of a missing path succeeded")
 	}
 	closed := f1.reopen(t)
 	closed.Close()
-	if _, err := inpod.NewNetns(closed.File); err == nil {
-		t.Error("NewNetns of a closed file succeeded")
+	if _, err := netns.New(closed.File); err == nil {
+		t.Error("netns.New of a closed file succeeded")
 	}
 	if err := x.Run(func() error { return errors.New("ran") }); err == nil || err.Error() == "ran" {
 		t.Errorf("Run in a regular file = %v, want a setns error", err)

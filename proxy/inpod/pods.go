@@ -5,6 +5,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/gozt/gozt/proxy/netns"
 )
 
 // pod is one pod the Manager knows: running (proxy set) or pending (Start
@@ -12,7 +14,7 @@ import (
 type pod struct {
 	uid  string
 	info WorkloadInfo
-	ns   *Netns
+	ns   *netns.Handle
 
 	// proxy is written under Manager.mu by Run's goroutine; nil while
 	// pending.
@@ -44,7 +46,7 @@ func (m *Manager) callStart(p *pod) (Pod, error) {
 
 // start starts a new pod in ns, which it owns from now on. On failure the
 // pod is kept pending and start returns Start's error.
-func (m *Manager) start(uid string, info WorkloadInfo, ns *Netns) error {
+func (m *Manager) start(uid string, info WorkloadInfo, ns *netns.Handle) error {
 	p := &pod{uid: uid, info: info, ns: ns}
 	proxy, err := m.callStart(p)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/gozt/gozt/proxy/netns"
 	"google.golang.org/protobuf/proto"
 	"istio.io/istio/pkg/zdsapi"
 )
@@ -85,7 +86,7 @@ func (m *Manager) add(s *session, a *zdsapi.AddWorkload, files []*os.File) (nack
 		err := wrapErr(fmt.Errorf("add workload %q: got %d fds, want 1", uid, len(files)))
 		return err.Error(), err
 	}
-	ns, err := NewNetns(files[0])
+	ns, err := netns.New(files[0])
 	if err != nil {
 		err = fmt.Errorf("add workload %q: %w", uid, err)
 		return err.Error(), err

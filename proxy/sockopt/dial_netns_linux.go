@@ -11,13 +11,14 @@ import (
 	"syscall"
 	"unsafe"
 
+	"github.com/gozt/gozt/proxy/netns"
 	"golang.org/x/sys/unix"
 )
 
 // DialInNetns connects to addr as Dial does, with the socket made inside
-// another network namespace: inNetns runs its function there (InNetnsPath,
-// or inpod.Netns.Enter, which runs it on the calling goroutine,
-// EnterNetnsFDHome). net.Dialer makes the socket on that thread, and
+// another network namespace: inNetns runs its function there (a
+// netns.Handle's Enter, on the calling goroutine, or in tests
+// nstest.InNetnsPath). net.Dialer makes the socket on that thread, and
 // d.Control, the bind of d.LocalAddr and the non-blocking connect(2) run
 // there too; then the thread goes home (leave), and the rest of the dial,
 // with any wait for the handshake, runs outside: a socket belongs to the
@@ -36,7 +37,7 @@ import (
 // a connection to itself is closed and dialed again from the namespace
 // (net.Dialer's own redial would make its socket outside, so it is
 // refused).
-func DialInNetns(ctx context.Context, inNetns InNetnsFunc, d *net.Dialer, addr netip.AddrPort) (*net.TCPConn, error) {
+func DialInNetns(ctx context.Context, inNetns netns.Func, d *net.Dialer, addr netip.AddrPort) (*net.TCPConn, error) {
 	if err := ctx.Err(); err != nil { // as net.Dialer fails it, without entering the namespace
 		return nil, dialError(d, addr, err)
 	}

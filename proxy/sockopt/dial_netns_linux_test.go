@@ -18,36 +18,25 @@ import (
 
 	"github.com/gozt/gozt/internal/nstest"
 	"github.com/gozt/gozt/internal/proctest"
+	"github.com/gozt/gozt/proxy/netns"
 	"github.com/gozt/gozt/proxy/sockopt"
 )
 
-// inNetnsFunc returns ns's InNetnsFunc.
-func (ns netns) inNetnsFunc() sockopt.InNetnsFunc { return sockopt.InNetnsPath(ns.path) }
+// inNetnsFunc returns ns's netns.Func as tests make it
+// (nstest.InNetnsPath: on a goroutine of its own).
+func (ns namespace) inNetnsFunc() netns.Func { return nstest.InNetnsPath(ns.path) }
 
-// enterFunc returns ns's InNetnsFunc as inpod.Netns.Enter makes it: on the
-// calling goroutine (EnterNetnsFDHome), with ns and the process's own
-// namespace held open until tb ends.
-func (ns netns) enterFunc(tb testing.TB) sockopt.InNetnsFunc {
+// enterFunc returns ns's netns.Func as production makes it, a
+// netns.Handle's Enter (on the calling goroutine), with ns held open until
+// tb ends.
+func (ns namespace) enterFunc(tb testing.TB) netns.Func {
 	tb.Helper()
-	nsf, home := ns.open(tb)
-	return func(fn func(leave func() error) error) error {
-		return sockopt.EnterNetnsFDHome(int(nsf.Fd()), int(home.Fd()), fn)
-	}
-}
-
-// open opens ns and the process's own namespace (HomeNetns) until tb ends.
-func (ns netns) open(tb testing.TB) (nsf, home *os.File) {
-	tb.Helper()
-	nsf, err := os.Open(ns.path)
+	h, err := netns.Open(ns.path)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	tb.Cleanup(func() { nsf.Close() })
-	if home, err = sockopt.HomeNetns(); err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { home.Close() })
-	return nsf, home
+	tb.Cleanup(func() { h.Close() })
+	return h.Enter
 }
 
 // dials are the two ways to dial, for tests that check both alike.
@@ -95,7 +84,7 @@ func control(t *testing.T, c syscall.Conn, fn func(fd int)) {
 	}
 }
 
-// TestDialInNetns dials with a spoofing Dialer from the proxy netns of
+// TestDialInNetns dials with a spoofing Dialer from the proxy namespace of
 // newSpoofPair while the test's own goroutine stays in the host netns: the
 // socket is the proxy netns's, the Dialer's options and source took effect
 // there (IsLocal was asked in the right namespace), TCP_NODELAY and the
@@ -103,8 +92,8 @@ func control(t *testing.T, c syscall.Conn, fn func(fd int)) {
 func TestDialInNetns(t *testing.T) {
 	nstest.RequireRoot(t, "ip", "iptables")
 	proxy, server := newSpoofPair(t)
-	host := netnsInode(t)
-	proxyIno := statIno(t, proxy.path)
+	host := nstest.CurrentNetns(t)
+	proxyIno := nstest.PathInode(t, proxy.path)
 
 	ln := server.listen(t, "10.99.2.2:0")
 	accepted := acceptOne(ln)
@@ -124,11 +113,11 @@ func TestDialInNetns(t *testing.T) {
 	}
 	defer s.Close()
 
-	if got := netnsInode(t); got != host {
-		t.Errorf("caller's netns changed from %d to %d", host, got)
+	if got := nstest.CurrentNetns(t); got != host {
+		t.Errorf("caller's namespace changed from %d to %d", host, got)
 	}
 	if got := socketNetns(t, c); got != proxyIno {
-		t.Errorf("socket is in netns %d, want the proxy's %d", got, proxyIno)
+		t.Errorf("socket is in namespace %d, want the proxy's %d", got, proxyIno)
 	}
 	if got := s.RemoteAddr().(*net.TCPAddr).AddrPort().Addr(); got != spoofed {
 		t.Errorf("server sees source %v, want the spoofed %v", got, spoofed)
@@ -158,7 +147,7 @@ func TestDialInNetns(t *testing.T) {
 	checkEcho(t, c, s, "hello from the proxy netns")
 }
 
-// TestDialInNetnsLoopback dials listeners on the loopback of a netns, which
+// TestDialInNetnsLoopback dials listeners on the loopback of a namespace, which
 // the host cannot reach, over IPv4 and IPv6, with a plain net.Dialer
 // (keep-alive off) and a source port bound by LocalAddr.
 func TestDialInNetnsLoopback(t *testing.T) {
@@ -208,7 +197,7 @@ func TestDialInNetnsErrors(t *testing.T) {
 		name    string
 		ctx     func() (context.Context, context.CancelFunc)
 		d       *net.Dialer
-		inNetns sockopt.InNetnsFunc
+		inNetns netns.Func
 		dst     netip.AddrPort
 		check   func(error) bool
 	}{
@@ -278,7 +267,7 @@ func isTimeout(err error) bool {
 func TestDialInNetnsConcurrent(t *testing.T) {
 	nstest.RequireRoot(t, "ip")
 	ns := newNetns(t)
-	want := statIno(t, ns.path)
+	want := nstest.PathInode(t, ns.path)
 	ln := ns.listen(t, "127.0.0.1:0")
 	var srv sync.WaitGroup
 	srv.Go(func() {
@@ -305,7 +294,7 @@ func TestDialInNetnsConcurrent(t *testing.T) {
 					continue
 				}
 				if got, err := nstest.SocketNetns(c); err != nil || got != want {
-					errs <- fmt.Errorf("socket in netns %d (%v), want %d", got, err, want)
+					errs <- fmt.Errorf("socket in namespace %d (%v), want %d", got, err, want)
 				}
 				c.Close()
 			}
@@ -316,7 +305,7 @@ func TestDialInNetnsConcurrent(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	checkAllThreads(t, netnsInode(t))
+	nstest.CheckAllThreads(t, nstest.CurrentNetns(t))
 }
 
 // here dials with DialInNetns in the test's own namespace.
@@ -440,7 +429,7 @@ func TestDialRefusesASelfConnection(t *testing.T) {
 // made elsewhere and duplicated into a net.Conn would need two, and fail
 // there with EMFILE while the accept loops take the last descriptor
 // instead of shedding). The namespace's descriptors are open beforehand,
-// as inpod.Netns holds them.
+// as netns.Handle holds them.
 func TestDialInNetnsAtTheDescriptorLimit(t *testing.T) {
 	ln, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
@@ -460,7 +449,7 @@ func TestDialInNetnsAtTheDescriptorLimit(t *testing.T) {
 		nstest.RequireRoot(t, "ip")
 		ns := newNetns(t)
 		ns.exec(t, "ip", "link", "set", "lo", "up")
-		enter := ns.enterFunc(t) // its descriptors opened now, as inpod.Netns holds them
+		enter := ns.enterFunc(t) // its descriptors opened now, as netns.Handle holds them
 		nln := ns.listen(t, "127.0.0.1:0")
 		defer nln.Close()
 		c, s := dialAtTheLimit(t, nln, func() (*net.TCPConn, error) {

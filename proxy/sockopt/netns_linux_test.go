@@ -9,16 +9,13 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"runtime"
 	"strings"
-	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/gozt/gozt/internal/nstest"
-	"github.com/gozt/gozt/internal/proctest"
 	"github.com/gozt/gozt/proxy/sockopt"
 )
 
@@ -34,41 +31,41 @@ func uniqueName(prefix string) string {
 	return prefix + hex.EncodeToString(b)
 }
 
-// netns is a network namespace made for one test and deleted after it.
-type netns struct {
+// namespace is a network namespace made for one test and deleted after it.
+type namespace struct {
 	name string
 	path string
 }
 
-func newNetns(t testing.TB) netns {
+func newNetns(t testing.TB) namespace {
 	t.Helper()
 	name := nstest.NewNetns(t)
-	return netns{name: name, path: "/var/run/netns/" + name}
+	return namespace{name: name, path: "/var/run/netns/" + name}
 }
 
 // exec runs a command inside the namespace, failing t if it fails.
-func (ns netns) exec(t testing.TB, args ...string) {
+func (ns namespace) exec(t testing.TB, args ...string) {
 	t.Helper()
 	nstest.Run(t, append([]string{"ip", "netns", "exec", ns.name}, args...)...)
 }
 
-// in runs fn inside ns with sockopt.InNetns, failing t on error.
-func (ns netns) in(t testing.TB, fn func() error) {
+// in runs fn inside ns with nstest.InNetns, failing t on error.
+func (ns namespace) in(t testing.TB, fn func() error) {
 	t.Helper()
-	if err := sockopt.InNetns(ns.path, fn); err != nil {
-		t.Fatalf("in netns %s: %v", ns.name, err)
+	if err := nstest.InNetns(ns.path, fn); err != nil {
+		t.Fatalf("in namespace %s: %v", ns.name, err)
 	}
 }
 
 // link connects a and b with a veth pair and gives each end its addresses
 // (CIDR strings, IPv6 ones added with nodad so they are usable at once). It
 // returns the names of a's and b's ends.
-func link(t testing.TB, a netns, aAddrs []string, b netns, bAddrs []string) (ifA, ifB string) {
+func link(t testing.TB, a namespace, aAddrs []string, b namespace, bAddrs []string) (ifA, ifB string) {
 	t.Helper()
 	ifA, ifB = uniqueName("gza"), uniqueName("gzb")
 	nstest.Run(t, "ip", "link", "add", ifA, "netns", a.name, "type", "veth", "peer", "name", ifB, "netns", b.name)
 	for _, end := range []struct {
-		ns    netns
+		ns    namespace
 		ifc   string
 		addrs []string
 	}{{a, ifA, aAddrs}, {b, ifB, bAddrs}} {
@@ -98,7 +95,7 @@ func acceptOne(ln net.Listener) <-chan net.Conn {
 }
 
 // listen makes a TCP listener on addr inside ns, closed when t ends.
-func (ns netns) listen(t testing.TB, addr string) net.Listener {
+func (ns namespace) listen(t testing.TB, addr string) net.Listener {
 	t.Helper()
 	var ln net.Listener
 	ns.in(t, func() (err error) {
@@ -215,18 +212,18 @@ func TestOriginalDstRedirected(t *testing.T) {
 	})
 }
 
-// spoofMark is the SO_MARK that newSpoofPair's proxy netns routes replies
+// spoofMark is the SO_MARK that newSpoofPair's proxy namespace routes replies
 // for: a socket that spoofs its source must carry it.
 const spoofMark = 0x539
 
-// newSpoofPair makes a proxy netns (10.99.2.1) and a server netns
+// newSpoofPair makes a proxy namespace (10.99.2.1) and a server namespace
 // (10.99.2.2) joined by a veth pair, set up as istio-cni sets up a node
 // (SPEC §1.3) for source spoofing from 10.99.0.0/24: the server routes that
 // range to the proxy; the proxy marks the connections of sockets with
 // SO_MARK spoofMark (→ connmark 0x111) and routes packets of marked
 // connections to its local stack (table 100), so replies to a spoofed
 // address come back to the socket.
-func newSpoofPair(t testing.TB) (proxy, server netns) {
+func newSpoofPair(t testing.TB) (proxy, server namespace) {
 	t.Helper()
 	proxy, server = newNetns(t), newNetns(t)
 	link(t, proxy, []string{"10.99.2.1/24"}, server, []string{"10.99.2.2/24"})
@@ -240,8 +237,8 @@ func newSpoofPair(t testing.TB) (proxy, server netns) {
 	return proxy, server
 }
 
-// TestDialerSpoofsSource dials from a netns with a source address no
-// interface has (10.99.0.5) and checks that the server in another netns
+// TestDialerSpoofsSource dials from a namespace with a source address no
+// interface has (10.99.0.5) and checks that the server in another namespace
 // sees that address, with newSpoofPair's istio-cni-like routing.
 func TestDialerSpoofsSource(t *testing.T) {
 	nstest.RequireRoot(t, "ip", "iptables")
@@ -254,10 +251,10 @@ func TestDialerSpoofsSource(t *testing.T) {
 	var c net.Conn
 	proxy.in(t, func() (err error) {
 		if sockopt.IsLocal(spoofed) {
-			return fmt.Errorf("IsLocal(%v) = true in the proxy netns, want false", spoofed)
+			return fmt.Errorf("IsLocal(%v) = true in the proxy namespace, want false", spoofed)
 		}
 		if !sockopt.IsLocal(netip.MustParseAddr("10.99.2.1")) {
-			return errors.New("IsLocal(10.99.2.1) = false in the proxy netns, want true")
+			return errors.New("IsLocal(10.99.2.1) = false in the proxy namespace, want true")
 		}
 		c, err = sockopt.Dialer(spoofed, sockopt.Options{Mark: spoofMark}).Dial("tcp4", ln.Addr().String())
 		return err
@@ -274,246 +271,6 @@ func TestDialerSpoofsSource(t *testing.T) {
 	}
 	// Bytes flow both ways over the spoofed connection.
 	checkEcho(t, c.(*net.TCPConn), s, "spoofed hello")
-}
-
-// TestInNetns checks that fn runs in the namespace, the caller's namespace
-// is untouched, sockets made inside belong to the namespace, and fn's error
-// and panic come back to the caller.
-func TestInNetns(t *testing.T) {
-	nstest.RequireRoot(t, "ip")
-	ns := newNetns(t)
-	outside := netnsInode(t)
-
-	var inside uint64
-	var ln net.Listener
-	ns.in(t, func() (err error) {
-		inside = netnsInode(t)
-		ln, err = net.Listen("tcp4", "127.0.0.1:0")
-		return err
-	})
-	defer ln.Close()
-	if inside == outside {
-		t.Errorf("fn ran in netns inode %d, the caller's own", inside)
-	}
-	if got := netnsInode(t); got != outside {
-		t.Errorf("caller's netns changed from %d to %d", outside, got)
-	}
-	// The listener lives in the namespace's own loopback, not ours.
-	if c, err := net.Dial("tcp4", ln.Addr().String()); err == nil {
-		c.Close()
-		t.Errorf("dialed %v from outside the namespace; the listener was not made inside it", ln.Addr())
-	}
-
-	errFn := errors.New("fn failed")
-	if err := sockopt.InNetns(ns.path, func() error { return errFn }); !errors.Is(err, errFn) {
-		t.Errorf("InNetns error = %v, want fn's %v", err, errFn)
-	}
-
-	func() {
-		defer func() {
-			if v := recover(); v != "boom" {
-				t.Errorf("recovered %v, want fn's panic value", v)
-			}
-		}()
-		sockopt.InNetns(ns.path, func() error { panic("boom") })
-		t.Error("InNetns returned after fn panicked")
-	}()
-	if got := netnsInode(t); got != outside {
-		t.Errorf("caller's netns changed from %d to %d after a panic", outside, got)
-	}
-}
-
-// TestInNetnsFDClosesBeforeReturning: InNetnsFD's goroutine opens the
-// namespace its thread came from, and must have closed it when InNetnsFD
-// returns. Closed after (a deferred close behind the result's send), it
-// left the caller one descriptor fewer than it had for a while, and then one
-// more: at the descriptor limit a dial could fail for a descriptor about to
-// be freed, and TestDialInNetnsAtTheDescriptorLimit, whose namespace's
-// listener is made through InNetns just before the limit is set, failed
-// about once in a hundred runs with a descriptor free that it had counted
-// as taken.
-func TestInNetnsFDClosesBeforeReturning(t *testing.T) {
-	nstest.RequireRoot(t)
-	home, err := sockopt.HomeNetns()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer home.Close()
-	release := sockopt.HoldNetnsGoroutine()
-	defer release()
-	before := proctest.FDs(t, os.Getpid())
-	if err := sockopt.InNetnsFD(int(home.Fd()), func() error { return nil }); err != nil {
-		t.Fatalf("InNetnsFD: %v", err)
-	}
-	after := proctest.FDs(t, os.Getpid())
-	release()
-	if len(after) != len(before) {
-		t.Errorf("InNetnsFD returned with %d descriptors open, %d before it: %v, then %v", len(after), len(before), before, after)
-	}
-}
-
-// TestEnterNetnsFDHome checks HomeNetns, which must name the process's own
-// namespace even when asked from a thread inside another, and
-// EnterNetnsFDHome, which must run fn in the namespace until fn leaves,
-// then outside, return fn's error and panic, and leave every thread of the
-// process at home.
-func TestEnterNetnsFDHome(t *testing.T) {
-	nstest.RequireRoot(t, "ip")
-	ns := newNetns(t)
-	outside := netnsInode(t)
-	nsFile, home := ns.open(t)
-	if got := fileInode(t, home); got != outside {
-		t.Errorf("HomeNetns is netns %d, want the process's %d", got, outside)
-	}
-	var fromInside *os.File
-	ns.in(t, func() (err error) {
-		fromInside, err = sockopt.HomeNetns()
-		return err
-	})
-	defer fromInside.Close()
-	if got := fileInode(t, fromInside); got != outside {
-		t.Errorf("HomeNetns asked from inside a netns is netns %d, want the process's %d", got, outside)
-	}
-
-	nsfd, homefd := int(nsFile.Fd()), int(home.Fd())
-	var inside, after uint64
-	var ln, outLn net.Listener
-	var leaveErrs [2]error
-	err := sockopt.EnterNetnsFDHome(nsfd, homefd, func(leave func() error) (err error) {
-		inside = netnsInode(t)
-		if ln, err = net.Listen("tcp4", "127.0.0.1:0"); err != nil {
-			return err
-		}
-		leaveErrs[0], leaveErrs[1] = leave(), leave()
-		after = netnsInode(t)
-		outLn, err = net.Listen("tcp4", "127.0.0.1:0")
-		return err
-	})
-	if err != nil {
-		t.Fatalf("EnterNetnsFDHome: %v", err)
-	}
-	defer ln.Close()
-	defer outLn.Close()
-	if want := fileInode(t, nsFile); inside != want {
-		t.Errorf("fn ran in netns %d, want %d", inside, want)
-	}
-	if after != outside {
-		t.Errorf("after leave fn ran in netns %d, want the process's %d", after, outside)
-	}
-	if leaveErrs != [2]error{} {
-		t.Errorf("leave, twice: %v", leaveErrs)
-	}
-	if c, err := net.Dial("tcp4", ln.Addr().String()); err == nil {
-		c.Close()
-		t.Errorf("dialed %v from outside the namespace; the listener was not made inside it", ln.Addr())
-	}
-	if c, err := net.Dial("tcp4", outLn.Addr().String()); err != nil {
-		t.Errorf("the listener made after leave is not the process's: %v", err)
-	} else {
-		c.Close()
-	}
-	errFn := errors.New("fn failed")
-	if err := sockopt.EnterNetnsFDHome(nsfd, homefd, func(func() error) error { return errFn }); !errors.Is(err, errFn) {
-		t.Errorf("EnterNetnsFDHome error = %v, want fn's %v", err, errFn)
-	}
-	for _, leaveFirst := range []bool{false, true} {
-		func() {
-			defer func() {
-				if v := recover(); v != "boom" {
-					t.Errorf("recovered %v, want fn's panic value", v)
-				}
-			}()
-			sockopt.EnterNetnsFDHome(nsfd, homefd, func(leave func() error) error {
-				if leaveFirst {
-					leave()
-				}
-				panic("boom")
-			})
-			t.Error("EnterNetnsFDHome returned after fn panicked")
-		}()
-	}
-	checkAllThreads(t, outside)
-
-}
-
-// TestEnterNetnsFDHomeNoWayHome: a thread that cannot go home (here: no
-// home descriptor) ends the process with exit status 2 and a line saying
-// why, even under a recover, such as a connection handler's, which a panic
-// would not get past. The test runs itself again as the process to end.
-func TestEnterNetnsFDHomeNoWayHome(t *testing.T) {
-	if path := os.Getenv("GOZT_TEST_NO_WAY_HOME"); path != "" {
-		f, err := os.Open(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		func() {
-			defer func() { recover() }()
-			sockopt.EnterNetnsFDHome(int(f.Fd()), -1, func(func() error) error { return nil })
-		}()
-		fmt.Println("went on after the thread could not go home")
-		os.Exit(0)
-	}
-	nstest.RequireRoot(t, "ip")
-	ns := newNetns(t)
-	cmd := exec.Command(os.Args[0], "-test.run=^TestEnterNetnsFDHomeNoWayHome$")
-	cmd.Env = append(os.Environ(), "GOZT_TEST_NO_WAY_HOME="+ns.path)
-	out, err := cmd.CombinedOutput()
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), "gozt: fatal: a thread cannot return from a network namespace") {
-		t.Errorf("with no way home: %v, output:\n%s\nwant exit status 2 and the fatal line", err, out)
-	}
-}
-
-// checkAllThreads checks that every thread of the process is in the netns
-// with inode want.
-func checkAllThreads(t *testing.T, want uint64) {
-	t.Helper()
-	tasks, err := os.ReadDir("/proc/self/task")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, task := range tasks {
-		var st unix.Stat_t
-		if err := unix.Stat("/proc/self/task/"+task.Name()+"/ns/net", &st); err != nil {
-			continue // the thread exited meanwhile
-		}
-		if st.Ino != want {
-			t.Errorf("thread %s is in netns %d, want %d", task.Name(), st.Ino, want)
-		}
-	}
-}
-
-// statIno returns the inode of the file at path.
-func statIno(t *testing.T, path string) uint64 {
-	t.Helper()
-	var st unix.Stat_t
-	if err := unix.Stat(path, &st); err != nil {
-		t.Fatal(err)
-	}
-	return st.Ino
-}
-
-// fileInode returns the inode of an open file.
-func fileInode(t *testing.T, f *os.File) uint64 {
-	t.Helper()
-	fi, err := f.Stat()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return fi.Sys().(*syscall.Stat_t).Ino
-}
-
-// netnsInode returns the inode of the calling thread's network namespace.
-// The goroutine is locked while it looks, so the answer is about one thread.
-func netnsInode(t *testing.T) uint64 {
-	t.Helper()
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	var st unix.Stat_t
-	if err := unix.Stat("/proc/thread-self/ns/net", &st); err != nil {
-		t.Fatalf("stat netns: %v", err)
-	}
-	return st.Ino
 }
 
 // TestTransparentListener checks that a listener asked for Transparent has
@@ -663,7 +420,7 @@ func TestIsLocalLinkLocal(t *testing.T) {
 			{"fe80::99:1%gozt-none0", false},
 		} {
 			if got := sockopt.IsLocal(netip.MustParseAddr(tc.ip)); got != tc.want {
-				t.Errorf("IsLocal(%s) in netns = %v, want %v", tc.ip, got, tc.want)
+				t.Errorf("IsLocal(%s) in namespace = %v, want %v", tc.ip, got, tc.want)
 			}
 		}
 		return nil

@@ -4,9 +4,8 @@
 // that accept for and connect from addresses the host does not own
 // (IP_TRANSPARENT, IP_FREEBIND), SO_REUSEPORT for upgrade hand-off and
 // SO_MARK so the redirection rules skip the proxy's own packets (SPEC §1.3,
-// §2.5, §3.1), and TCP keep-alive and TCP_USER_TIMEOUT (SPEC §0.3). InNetns runs code inside another network namespace, which is
-// how in-pod listeners and upstream sockets are made, and DialInNetns dials
-// from inside one without waiting there.
+// §2.5, §3.1), and TCP keep-alive and TCP_USER_TIMEOUT (SPEC §0.3). DialInNetns dials from inside another network namespace
+// (package netns enters it) without waiting there.
 //
 // Everything here is Linux-only; on other systems the functions return an
 // error wrapping errors.ErrUnsupported (sockopt_other.go) so the package
@@ -19,25 +18,6 @@ import (
 	"net/netip"
 	"time"
 )
-
-// InNetnsFunc runs fn on a goroutine locked to a thread inside a network
-// namespace and returns fn's error; sockets that fn makes belong to that
-// namespace for their whole life (InNetnsFD). fn may call leave, on its own
-// goroutine, to move the thread back to the process's own namespace before
-// it returns: fn then goes on, and may wait, as any goroutine does, and
-// sockets it makes from then on are made outside. If leave fails, fn must
-// make no more sockets and return leave's error; the thread is not reused.
-// DialInNetns leaves once its socket exists, so that the connect is not
-// waited for on a locked thread.
-type InNetnsFunc func(fn func(leave func() error) error) error
-
-// Run calls fn with all of it inside the namespace.
-func (in InNetnsFunc) Run(fn func() error) error { return in(whole(fn)) }
-
-// whole is fn as a function that never leaves early.
-func whole(fn func() error) func(leave func() error) error {
-	return func(func() error) error { return fn() }
-}
 
 // Options are socket options for ListenConfig and Dialer. The zero value
 // sets nothing.

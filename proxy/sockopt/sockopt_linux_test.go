@@ -10,6 +10,7 @@ import (
 	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
 
+	"github.com/gozt/gozt/internal/nstest"
 	"github.com/gozt/gozt/proxy/sockopt"
 )
 
@@ -164,7 +165,7 @@ func hasIPv6Loopback() bool {
 
 func TestInNetnsBadPath(t *testing.T) {
 	called := false
-	err := sockopt.InNetns("/nonexistent/netns", func() error { called = true; return nil })
+	err := nstest.InNetns("/nonexistent/netns", func() error { called = true; return nil })
 	if err == nil || called {
 		t.Errorf("InNetns(missing path) = %v, fn called %v; want an error and no call", err, called)
 	}

@@ -8,8 +8,9 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
 	"syscall"
+
+	"github.com/gozt/gozt/proxy/netns"
 )
 
 // errUnsupported is returned for everything this package cannot do outside
@@ -70,33 +71,9 @@ func IsLocal(ip netip.Addr) bool {
 	return false
 }
 
-// InNetns is Linux-only; elsewhere it returns an error wrapping
-// errors.ErrUnsupported without calling fn.
-func InNetns(path string, fn func() error) error { return errUnsupported }
-
-// InNetnsFD is Linux-only; elsewhere it returns an error wrapping
-// errors.ErrUnsupported without calling fn.
-func InNetnsFD(nsfd int, fn func() error) error { return errUnsupported }
-
-// EnterNetnsFDHome is Linux-only; elsewhere it returns an error wrapping
-// errors.ErrUnsupported without calling fn.
-func EnterNetnsFDHome(nsfd, homefd int, fn func(leave func() error) error) error {
-	return errUnsupported
-}
-
-// InNetnsPath is Linux-only; elsewhere its function returns an error
-// wrapping errors.ErrUnsupported without calling fn.
-func InNetnsPath(path string) InNetnsFunc {
-	return func(func(leave func() error) error) error { return errUnsupported }
-}
-
-// HomeNetns is Linux-only; elsewhere it returns an error wrapping
-// errors.ErrUnsupported.
-func HomeNetns() (*os.File, error) { return nil, errUnsupported }
-
 // DialInNetns is Linux-only; elsewhere it returns an error wrapping
 // errors.ErrUnsupported without calling inNetns.
-func DialInNetns(ctx context.Context, inNetns InNetnsFunc, d *net.Dialer, addr netip.AddrPort) (*net.TCPConn, error) {
+func DialInNetns(ctx context.Context, inNetns netns.Func, d *net.Dialer, addr netip.AddrPort) (*net.TCPConn, error) {
 	return nil, errUnsupported
 }
 

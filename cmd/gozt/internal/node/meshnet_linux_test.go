@@ -19,7 +19,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gozt/gozt/internal/nstest"
-	"github.com/gozt/gozt/proxy/sockopt"
 )
 
 // This file is the tier-3 harness of shared mode: nodes and pods as network
@@ -168,7 +167,7 @@ func istioCNIRules(t *testing.T) string {
 // inPod runs fn on a thread inside p's namespace; sockets fn makes stay there.
 func inPod(t *testing.T, p pod, fn func() error) {
 	t.Helper()
-	if err := sockopt.InNetns(p.path(), fn); err != nil {
+	if err := nstest.InNetns(p.path(), fn); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -177,7 +176,7 @@ func inPod(t *testing.T, p pod, fn func() error) {
 func dialFrom(t *testing.T, p pod, addr string) (net.Conn, error) {
 	t.Helper()
 	var c net.Conn
-	err := sockopt.InNetns(p.path(), func() (err error) {
+	err := nstest.InNetns(p.path(), func() (err error) {
 		d := net.Dialer{Timeout: 5 * time.Second}
 		c, err = d.Dial("tcp", addr)
 		return err

@@ -11,6 +11,7 @@ import (
 	"github.com/gozt/gozt/cmd/gozt/internal/admin"
 	"github.com/gozt/gozt/proxy"
 	"github.com/gozt/gozt/proxy/inpod"
+	"github.com/gozt/gozt/proxy/netns"
 	"github.com/gozt/gozt/proxy/sockopt"
 	"github.com/gozt/gozt/state"
 )
@@ -73,11 +74,11 @@ func checkPrivileges(mark uint32) error {
 	// The process's own namespace, opened from a thread known to be in it
 	// (/proc/self is the main thread, which a locked goroutine may have
 	// moved into a pod's namespace).
-	home, err := sockopt.HomeNetns()
+	home, err := netns.Home()
 	if err != nil {
 		return fmt.Errorf("shared mode: %w", err)
 	}
-	self, err := inpod.NewNetns(home)
+	self, err := netns.New(home)
 	if err != nil {
 		return fmt.Errorf("shared mode: %w", err)
 	}
@@ -100,7 +101,7 @@ func checkPrivileges(mark uint32) error {
 // network namespace and serves them. The pod's local workload is found among
 // the xDS workloads of this node by the ZDS name, namespace and service
 // account, as dedicated mode finds its own; connections wait for it.
-func (ps *pods) start(uid string, info inpod.WorkloadInfo, ns *inpod.Netns) (inpod.Pod, error) {
+func (ps *pods) start(uid string, info inpod.WorkloadInfo, ns *netns.Handle) (inpod.Pod, error) {
 	n := ps.n
 	env := n.opts.Env
 	find := func(s *state.Snapshot) *state.Workload {

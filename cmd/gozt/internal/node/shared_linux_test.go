@@ -26,6 +26,7 @@ import (
 	"github.com/gozt/gozt/internal/nstest"
 	"github.com/gozt/gozt/proxy/inpod"
 	"github.com/gozt/gozt/proxy/inpod/inpodtest"
+	"github.com/gozt/gozt/proxy/netns"
 	"github.com/gozt/gozt/proxy/sockopt"
 )
 
@@ -477,7 +478,7 @@ func TestSocketsStayInTheirNetns(t *testing.T) {
 		go func() {
 			defer func() { done <- struct{}{} }()
 			p := pods[i%len(pods)]
-			err := sockopt.InNetns(p.path(), func() error {
+			err := nstest.InNetns(p.path(), func() error {
 				want := threadNetnsInode()
 				l, err := net.Listen("tcp", "127.0.0.1:0")
 				if err != nil {
@@ -518,7 +519,7 @@ func TestSocketsStayInTheirNetns(t *testing.T) {
 }
 
 // TestPodDialsStayInTheirNetns is TestSocketsStayInTheirNetns for the way
-// a pod's proxy dials: sockopt.DialInNetns through inpod.Netns.Enter, which
+// a pod's proxy dials: sockopt.DialInNetns through netns.Handle.Enter, which
 // moves the dialing goroutine's own thread into the pod's namespace and back
 // before the connect is waited for. Many goroutines dial listeners on the
 // loopbacks of many pods at once; each connection belongs to its pod's
@@ -528,7 +529,7 @@ func TestPodDialsStayInTheirNetns(t *testing.T) {
 	m := newMeshNet(t)
 	self := netnsInodeOfThread(t)
 	type podNS struct {
-		ns    *inpod.Netns
+		ns    *netns.Handle
 		ino   uint64
 		addr  netip.AddrPort
 		conns chan net.Conn
@@ -536,7 +537,7 @@ func TestPodDialsStayInTheirNetns(t *testing.T) {
 	var pods []podNS
 	for k := 2; k < 8; k++ {
 		p := pod{name: m.netns(fmt.Sprintf("d%d", k))}
-		ns, err := inpod.OpenNetns(p.path())
+		ns, err := netns.Open(p.path())
 		if err != nil {
 			t.Fatal(err)
 		}
