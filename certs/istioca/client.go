@@ -120,6 +120,8 @@ type Client struct {
 	target  string   // gRPC target
 	opts    []grpc.DialOption
 
+	cas caCache // the CA part of responses' chains, parsed once
+
 	mu     sync.Mutex
 	conn   *grpc.ClientConn // the current channel, replaced when it fails (channel.go)
 	closed bool
@@ -209,7 +211,7 @@ func (c *Client) Issue(ctx context.Context, id identity.Identity) (*certs.Cert, 
 	if err != nil {
 		return nil, fmt.Errorf("istioca: CreateCertificate for %v: %w", id, err)
 	}
-	cert, err := parseResponse(id, key, resp.GetCertChain(), time.Now())
+	cert, err := parseResponse(id, key, resp.GetCertChain(), time.Now(), &c.cas)
 	if err != nil {
 		return nil, fmt.Errorf("istioca: response for %v: %w", id, err)
 	}

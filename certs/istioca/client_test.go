@@ -130,6 +130,10 @@ func TestIssueRequest(t *testing.T) {
 			t.Errorf("cert %d roots = %v, want the CA root", i, cert.Roots)
 		}
 	}
+	// The root is parsed once for both (caCache), not held twice.
+	if len(cA.Roots) == 1 && len(cB.Roots) == 1 && cA.Roots[0] != cB.Roots[0] {
+		t.Errorf("the two certificates hold two parsed copies of the same root; want one shared")
+	}
 }
 
 // checkCSR checks a CSR has an empty subject, a P-256 key, a SHA-256

@@ -26,7 +26,9 @@ const maxChainCerts = 32
 // between are intermediates. It refuses an empty chain, a leaf without a
 // root element, a leaf that is a CA, is not for exactly id, is not valid at
 // now or does not hold key, and a chain that does not verify to the roots.
-func parseResponse(id identity.Identity, key crypto.Signer, chain []string, now time.Time) (*certs.Cert, error) {
+// CA certificates come from cache (nil: parse every one) when earlier
+// responses held the same bytes.
+func parseResponse(id identity.Identity, key crypto.Signer, chain []string, now time.Time, cache *caCache) (*certs.Cert, error) {
 	if len(chain) == 0 {
 		return nil, certs.ErrEmptyChain
 	}
@@ -36,7 +38,7 @@ func parseResponse(id identity.Identity, key crypto.Signer, chain []string, now 
 	var all [][]*x509.Certificate
 	total := 0
 	for i, elem := range chain {
-		cs, err := parsePEMCerts(elem)
+		cs, err := parsePEMCerts(elem, cache)
 		if err != nil {
 			return nil, fmt.Errorf("element %d: %w", i, err)
 		}
@@ -88,8 +90,9 @@ func checkLeaf(id identity.Identity, key crypto.Signer, leaf *x509.Certificate, 
 }
 
 // parsePEMCerts parses one cert_chain element: one or more PEM CERTIFICATE
-// blocks. Text around the blocks is ignored, as PEM readers do.
-func parsePEMCerts(s string) ([]*x509.Certificate, error) {
+// blocks, through cache (which may be nil). Text around the blocks is
+// ignored, as PEM readers do.
+func parsePEMCerts(s string, cache *caCache) ([]*x509.Certificate, error) {
 	rest := []byte(s)
 	var out []*x509.Certificate
 	for {
@@ -101,7 +104,7 @@ func parsePEMCerts(s string) ([]*x509.Certificate, error) {
 		if b.Type != "CERTIFICATE" {
 			return nil, fmt.Errorf("%w: PEM block %q", ErrBadResponse, b.Type)
 		}
-		c, err := x509.ParseCertificate(b.Bytes)
+		c, err := cache.parse(b.Bytes)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrBadResponse, err)
 		}

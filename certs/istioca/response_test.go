@@ -132,7 +132,7 @@ func TestParseResponse(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c, err := parseResponse(testID, tt.key, tt.chain, time.Now())
+			c, err := parseResponse(testID, tt.key, tt.chain, time.Now(), nil)
 			if tt.want != nil {
 				if !errors.Is(err, tt.want) {
 					t.Fatalf("parseResponse = %v, %v; want %v", c, err, tt.want)
@@ -152,10 +152,10 @@ func TestParseResponse(t *testing.T) {
 func TestParseResponseTime(t *testing.T) {
 	p := newPKI(t)
 	chain := []string{pemOf(p.leaf), pemOf(p.inter), pemOf(p.root1)}
-	if _, err := parseResponse(testID, p.key, chain, p.leaf.NotAfter); !errors.Is(err, certs.ErrExpired) {
+	if _, err := parseResponse(testID, p.key, chain, p.leaf.NotAfter, nil); !errors.Is(err, certs.ErrExpired) {
 		t.Errorf("at NotAfter: %v, want ErrExpired", err)
 	}
-	if _, err := parseResponse(testID, p.key, chain, p.leaf.NotBefore.Add(-time.Second)); !errors.Is(err, certs.ErrUntrusted) {
+	if _, err := parseResponse(testID, p.key, chain, p.leaf.NotBefore.Add(-time.Second), nil); !errors.Is(err, certs.ErrUntrusted) {
 		t.Errorf("before NotBefore: %v, want ErrUntrusted", err)
 	}
 }
@@ -170,7 +170,7 @@ func FuzzParseResponse(f *testing.F) {
 	f.Add("-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n", "x", "")
 	f.Fuzz(func(t *testing.T, a, b, c string) {
 		for _, chain := range [][]string{{a}, {a, c}, {a, b, c}} {
-			cert, err := parseResponse(testID, p.key, chain, time.Now())
+			cert, err := parseResponse(testID, p.key, chain, time.Now(), nil)
 			if err != nil {
 				continue
 			}

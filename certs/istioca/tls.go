@@ -87,7 +87,7 @@ func TokenFile(path string) func() (string, error) {
 // RootPool parses PEM certificates (CA_ROOT_CA's file contents or inline
 // PEM) into a pool; it is an error if there is none.
 func RootPool(pemCerts []byte) (*x509.CertPool, error) {
-	cs, err := parsePEMCerts(string(pemCerts))
+	cs, err := parsePEMCerts(string(pemCerts), nil)
 	if err != nil {
 		return nil, fmt.Errorf("istioca: CA roots: %w", err)
 	}
