@@ -69,6 +69,14 @@ type Config struct {
 	// OnReady is called, from Run's goroutine, on every change of Ready;
 	// it must not block. It may be nil.
 	OnReady func(ready bool)
+	// AfterAck, if not nil, is called from Run's goroutine once an Ack has
+	// gone out while the connection is past its snapshot: after
+	// SnapshotSent's Ack (for every pod of the snapshot at once) and after
+	// each later request's. It must not block. Work that istio-cni need not
+	// wait for, such as fetching a new pod's certificate, belongs here
+	// rather than in Start, where it would compete with the Adds that hold
+	// pods' start-up (a snapshot's 110 Adds above all).
+	AfterAck func()
 	// RetryInterval is how often a pending pod's Start is retried. If
 	// zero, 5s is used.
 	RetryInterval time.Duration
@@ -346,6 +354,9 @@ func (m *Manager) handle(s *session, d datagram) error {
 	}
 	if werr := s.ack(nack); werr != nil && err == nil {
 		err = werr
+	}
+	if err == nil && s.snapshotDone && m.cfg.AfterAck != nil {
+		m.cfg.AfterAck()
 	}
 	return err
 }

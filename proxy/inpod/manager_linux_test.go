@@ -83,6 +83,41 @@ func TestAddStartsPod(t *testing.T) {
 	h.wantReady(true)
 }
 
+// TestAfterAckOnlyPastTheSnapshot: AfterAck runs after SnapshotSent's Ack
+// and after each later request's, never for the Adds of the snapshot,
+// which it would otherwise compete with (a node's certificate fetches).
+func TestAfterAckOnlyPastTheSnapshot(t *testing.T) {
+	type call struct{ ready bool }
+	calls := make(chan call, 16)
+	var h *harness
+	h = newHarness(t, func(c *inpod.Config) {
+		c.AfterAck = func() { calls <- call{ready: h.m.Ready()} }
+	})
+	c := h.accept()
+	for _, uid := range []string{"a", "b"} {
+		ack, err := c.Add(uid, infoFor(uid), newNSFile(t).fd())
+		mustAck(t, "Add "+uid, ack, err)
+	}
+	mustSnapshot(t, c)
+	ack, err := c.Add("c", infoFor("c"), newNSFile(t).fd())
+	mustAck(t, "Add c", ack, err)
+	for i, what := range []string{"SnapshotSent", "the Add after it"} {
+		select {
+		case got := <-calls:
+			if !got.ready {
+				t.Errorf("AfterAck call %d ran before the snapshot was acked; want the first after %s", i, what)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("no AfterAck after %s", what)
+		}
+	}
+	select {
+	case <-calls:
+		t.Error("AfterAck ran more often than once per Ack past the snapshot")
+	case <-time.After(100 * time.Millisecond):
+	}
+}
+
 // TestAddSameNetnsIsIdempotent: a second Add with the same netns (another
 // fd on it) acks without a second Start and closes the new fd.
 func TestAddSameNetnsIsIdempotent(t *testing.T) {
