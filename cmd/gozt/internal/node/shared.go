@@ -31,6 +31,7 @@ type pods struct {
 	mu      sync.Mutex
 	running map[string]*podProxy      // by ZDS uid
 	ids     map[identity.Identity]int // running pods per identity, for prefetch
+	fetch   []identity.Identity       // identities to prefetch once istio-cni has its Acks
 }
 
 // podProxy is one pod's proxy; it implements inpod.Pod.
@@ -53,6 +54,7 @@ func newPods(n *Node) (*pods, error) {
 		Start:      ps.start,
 		Logger:     n.log.With("scope", "inpod"),
 		Registerer: n.registry,
+		AfterAck:   ps.prefetch,
 		OnReady: func(ready bool) {
 			if ready {
 				n.ready.Unblock(blockPods)
@@ -130,11 +132,28 @@ func (ps *pods) start(uid string, info inpod.WorkloadInfo, ns *netns.Handle) (in
 	ps.mu.Lock()
 	ps.running[uid] = pp
 	if ps.ids[pp.id]++; ps.ids[pp.id] == 1 {
-		n.certs.Prefetch(pp.id)
+		ps.fetch = append(ps.fetch, pp.id)
 	}
 	ps.mu.Unlock()
 	n.log.Info("pod proxy started", "uid", uid, "namespace", info.Namespace, "name", info.Name, "identity", pp.id.String())
 	return pp, nil
+}
+
+// prefetch asks for the certificates of pods started since it last ran
+// whose identity still has a running pod. It is inpod's AfterAck, so a pod's
+// certificate is fetched once istio-cni has the pod's Ack, or for the
+// pods of a snapshot once it has SnapshotSent's: the CSRs (a key, a
+// signature, a round trip each) then no longer compete with the Adds that
+// hold pods' start-up (bench/NOTES.md, the node scenario).
+func (ps *pods) prefetch() {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	for _, id := range ps.fetch {
+		if ps.ids[id] > 0 {
+			ps.n.certs.Prefetch(id)
+		}
+	}
+	ps.fetch = ps.fetch[:0]
 }
 
 // identity is the SPIFFE identity of a pod: its service account in the trust

@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -180,7 +181,15 @@ func TestSharedModeTraffic(t *testing.T) {
 	}
 	n1.add(t, "uid-a", a, "a")
 	n1.add(t, "uid-c", c, "c")
+	// The snapshot's pods get their certificates once SnapshotSent is
+	// acked, not while istio-cni's Adds wait (inpod's AfterAck): before
+	// that, no CSR; after it, one for each without any traffic.
+	time.Sleep(300 * time.Millisecond)
+	if got := csrsFor(cp, "a", "c"); len(got) != 0 {
+		t.Errorf("CSRs for %v before SnapshotSent; want none while the snapshot's Adds are answered", got)
+	}
 	n1.snapshotSent(t)
+	eventually(t, 10*time.Second, "CSRs for a and c after SnapshotSent", func() bool { return len(csrsFor(cp, "a", "c")) == 2 })
 	n2.add(t, "uid-b", b, "b")
 	n2.snapshotSent(t)
 	for _, n := range []*sharedNode{n1, n2} {
@@ -809,4 +818,16 @@ func TestSharedModeSelfProxy(t *testing.T) {
 	if err := <-shut; err != nil {
 		t.Errorf("Shutdown: %v", err)
 	}
+}
+
+// csrsFor returns which of the service accounts sas the CA has seen a
+// request for.
+func csrsFor(cp *controlPlane, sas ...string) []string {
+	var got []string
+	for _, r := range cp.cas.Requests() {
+		if slices.Contains(sas, r.Identity.ServiceAccount) && !slices.Contains(got, r.Identity.ServiceAccount) {
+			got = append(got, r.Identity.ServiceAccount)
+		}
+	}
+	return got
 }
