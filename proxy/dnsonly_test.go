@@ -16,7 +16,9 @@ import (
 
 // TestDNSOnly: with DNSOnly (ENABLE_PROXY=false) a proxy binds its DNS
 // proxy and none of 15001, 15006, 15008, as ztunnel then runs only the DNS
-// server for a workload; without it all three are bound too.
+// server for a workload; without it all three are bound too. Either way
+// Listen makes every socket in one entry into the workload's namespace
+// (here a Func that counts its calls and runs in the test's own).
 func TestDNSOnly(t *testing.T) {
 	const ip = "127.88.252.3"
 	ca, err := localca.New(localca.Config{})
@@ -31,7 +33,12 @@ func TestDNSOnly(t *testing.T) {
 		{true, 0},
 	} {
 		dnsAddr := netip.AddrPortFrom(netip.MustParseAddr(ip), freeUDPPort(t, ip))
+		entries := 0
 		p, err := New(Config{
+			InNetns: func(fn func(leave func() error) error) error {
+				entries++
+				return fn(func() error { return nil })
+			},
 			WorkloadUID: "c//Pod/ns/server", BindAddr: netip.MustParseAddr(ip), DNSOnly: tc.dnsOnly,
 			Store: state.NewStore(state.Config{}), Certs: issuedCerts{ca}, Metrics: NewMetrics(prometheus.NewRegistry()),
 			DNS:      dns.NewResolver(dns.Config{Metrics: dns.NewMetrics(prometheus.NewRegistry())}),
@@ -42,6 +49,9 @@ func TestDNSOnly(t *testing.T) {
 		}
 		if err := p.Listen(context.Background()); err != nil {
 			t.Fatal(err)
+		}
+		if entries != 1 {
+			t.Errorf("DNSOnly=%v: Listen entered the namespace %d times, want once for all its sockets", tc.dnsOnly, entries)
 		}
 		if got := len(p.Addrs()); got != tc.want {
 			t.Errorf("DNSOnly=%v: %d TCP listeners (%v), want %d", tc.dnsOnly, got, p.Addrs(), tc.want)

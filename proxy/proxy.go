@@ -337,27 +337,33 @@ func (p *Proxy) Listen(ctx context.Context) (err error) {
 		}
 	}()
 	p.accept.reacquire()
-	for _, s := range specs {
-		bind := p.cfg.BindAddr
-		if s.name == "socks5" && p.cfg.SOCKS5Addr.IsValid() {
-			bind = p.cfg.SOCKS5Addr
+	// Every socket of the proxy is made in one entry into its namespace
+	// (one pair of setns(2) calls per pod, not one per listener): a pod's
+	// ZDS Add waits for this (bench/NOTES.md, the node scenario).
+	return p.inNetns(func() error {
+		for _, s := range specs {
+			bind := p.cfg.BindAddr
+			if s.name == "socks5" && p.cfg.SOCKS5Addr.IsValid() {
+				bind = p.cfg.SOCKS5Addr
+			}
+			addr := net.JoinHostPort(bind.String(), strconv.Itoa(int(s.port)))
+			lc := sockopt.ListenConfig(s.opts)
+			l, err := lc.Listen(ctx, "tcp", addr)
+			if err != nil {
+				return fmt.Errorf("proxy: listen %s on %s: %w", s.name, addr, err)
+			}
+			p.mu.Lock()
+			p.listeners[s.name] = l
+			p.mu.Unlock()
+			if s.name == "inbound" {
+				p.transparent = sockopt.TransparentEnabled(l)
+			}
 		}
-		addr := net.JoinHostPort(bind.String(), strconv.Itoa(int(s.port)))
-		l, err := p.listen(ctx, sockopt.ListenConfig(s.opts), addr)
-		if err != nil {
-			return fmt.Errorf("proxy: listen %s on %s: %w", s.name, addr, err)
+		if p.dns != nil {
+			return p.dns.ListenHere(ctx)
 		}
-		p.mu.Lock()
-		p.listeners[s.name] = l
-		p.mu.Unlock()
-		if s.name == "inbound" {
-			p.transparent = sockopt.TransparentEnabled(l)
-		}
-	}
-	if p.dns != nil {
-		return p.dns.Listen(ctx)
-	}
-	return nil
+		return nil
+	})
 }
 
 // keepAlive is the keep-alive of upstream and captured sockets.
@@ -368,17 +374,13 @@ func (p *Proxy) keepAlive() net.KeepAliveConfig {
 	return *p.cfg.KeepAlive
 }
 
-// listen binds a TCP listener with lc inside the proxy's network namespace.
-func (p *Proxy) listen(ctx context.Context, lc net.ListenConfig, addr string) (net.Listener, error) {
+// inNetns runs fn inside the proxy's network namespace, or here when it
+// has none of its own.
+func (p *Proxy) inNetns(fn func() error) error {
 	if p.cfg.InNetns == nil {
-		return lc.Listen(ctx, "tcp", addr)
+		return fn()
 	}
-	var l net.Listener
-	err := p.cfg.InNetns.Run(func() (err error) {
-		l, err = lc.Listen(ctx, "tcp", addr)
-		return err
-	})
-	return l, err
+	return p.cfg.InNetns.Run(fn)
 }
 
 // dial connects an upstream socket to addr from src (if valid), inside the

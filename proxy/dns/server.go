@@ -132,9 +132,20 @@ func NewServer(cfg ServerConfig) *Server {
 	return s
 }
 
-// Listen binds a UDP and a TCP socket on every address. On failure it
-// closes what it bound and returns an error naming the address.
-func (s *Server) Listen(ctx context.Context) (err error) {
+// Listen binds a UDP and a TCP socket on every address, inside the
+// workload's network namespace (Config.InNetns). On failure it closes what
+// it bound and returns an error naming the address.
+func (s *Server) Listen(ctx context.Context) error { return s.listen(ctx, s.inNetns) }
+
+// ListenHere is Listen for a caller already running inside the workload's
+// network namespace (a Proxy making all of a pod's sockets in one entry):
+// the sockets are made on the calling thread, in whatever namespace it is.
+func (s *Server) ListenHere(ctx context.Context) error {
+	return s.listen(ctx, func(fn func() error) error { return fn() })
+}
+
+// listen is Listen, making each address's sockets through in.
+func (s *Server) listen(ctx context.Context, in func(func() error) error) (err error) {
 	lc := sockopt.ListenConfig(sockopt.Options{ReusePort: s.cfg.ReusePort, Mark: s.cfg.Mark})
 	var bound []*listener
 	defer func() {
@@ -148,7 +159,7 @@ func (s *Server) Listen(ctx context.Context) (err error) {
 		addr := ap.String()
 		var pc net.PacketConn
 		var tl net.Listener
-		err := s.inNetns(func() (err error) {
+		err := in(func() (err error) {
 			if pc, err = lc.ListenPacket(ctx, "udp", addr); err != nil {
 				return err
 			}
