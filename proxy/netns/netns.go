@@ -13,7 +13,6 @@
 package netns
 
 import (
-	"errors"
 	"os"
 )
 
@@ -45,7 +44,7 @@ func Whole(fn func() error) func(leave func() error) error {
 // Run and Enter has returned.
 type Handle struct {
 	f     *os.File
-	home  *os.File // the process's own network namespace, which Enter returns to
+	home  *os.File // the process's own network namespace (processHome), which Enter returns to; shared
 	inode uint64
 	dev   uint64
 }
@@ -62,12 +61,6 @@ func (h *Handle) Same(o *Handle) bool {
 	return h.inode == o.inode && h.dev == o.dev
 }
 
-// Close closes the namespace file and New's handle on the process's own
-// namespace.
-func (h *Handle) Close() error {
-	err := h.f.Close()
-	if h.home != nil {
-		err = errors.Join(err, h.home.Close())
-	}
-	return err
-}
+// Close closes the namespace file. The process's own namespace stays open
+// for the other handles.
+func (h *Handle) Close() error { return h.f.Close() }

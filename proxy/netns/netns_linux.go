@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -33,13 +34,19 @@ func New(f *os.File) (*Handle, error) {
 		f.Close()
 		return nil, fmt.Errorf("netns: stat %s: no inode", f.Name())
 	}
-	home, err := Home()
+	home, err := processHome()
 	if err != nil {
 		f.Close()
 		return nil, err
 	}
 	return &Handle{f: f, home: home, inode: st.Ino, dev: st.Dev}, nil
 }
+
+// processHome is the process's own namespace (Home), opened by the first
+// New and shared by every Handle from then on: it never changes while the
+// process runs, so one descriptor serves a node's every pod instead of one
+// each, and a pod's New no longer starts a goroutine to find it.
+var processHome = sync.OnceValues(Home)
 
 // Run calls fn on a thread inside the namespace and returns fn's error:
 // sockets fn creates stay in the namespace, goroutines it starts do not.

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/gozt/gozt/internal/nstest"
+	"github.com/gozt/gozt/internal/proctest"
 	"github.com/gozt/gozt/proxy/netns"
 )
 
@@ -242,4 +243,47 @@ func checkThreadNetns(want uint64) error {
 		return fmt.Errorf("goroutine outside Run is on a thread in netns %d, want %d", got, want)
 	}
 	return nil
+}
+
+// TestHandlesShareHome: each Handle holds one descriptor, its namespace's;
+// the process's own namespace is opened once for all of them (a node of 110
+// pods holds one, not 110), and Close frees the handle's own.
+func TestHandlesShareHome(t *testing.T) {
+	nstest.RequireRoot(t, "ip")
+	path := "/run/netns/" + nstest.NewNetns(t)
+	first, err := netns.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	before := len(proctest.FDs(t, os.Getpid()))
+	var hs []*netns.Handle
+	for range 10 {
+		h, err := netns.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs = append(hs, h)
+	}
+	if got := len(proctest.FDs(t, os.Getpid())) - before; got != 10 {
+		t.Errorf("10 more handles hold %d more descriptors, want 10 (the home namespace shared)", got)
+	}
+	for _, h := range hs {
+		if err := h.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := len(proctest.FDs(t, os.Getpid())); got != before {
+		t.Errorf("%d descriptors after closing the handles, %d before them", got, before)
+	}
+	// The handles still enter and come home after others closed.
+	l, seen, err := nstest.ListenIn(first.Run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	if seen != nstest.PathInode(t, path) {
+		t.Errorf("Run after other handles closed ran in netns %d, want %d", seen, nstest.PathInode(t, path))
+	}
+	nstest.CheckAllThreads(t, nstest.CurrentNetns(t))
 }
