@@ -31,13 +31,14 @@ var allowed = map[string][]string{
 	"proxy/relay":               {"internal/workers"},
 	"proxy/sockopt":             {},
 	"proxy/connmgr":             {"rbac", "state", "certs/identity"},
+	"proxy/admission":           {},
 	"proxy/dns":                 {"state", "certs/identity", "proxy/sockopt"},
 	"proxy/inpod":               {"proxy/sockopt"},
 	"proxy/inpod/inpodtest":     {"proxy/inpod", "proxy/sockopt"},
 	"deploy":                    {},
 	"deploy/image":              {},
 	"proxy": {"state", "proxy/relay", "proxy/sockopt", "proxy/connmgr", "proxy/dns",
-		"proxy/inpod", "hbone", "rbac", "certs", "certs/identity", "internal/workers"},
+		"proxy/inpod", "proxy/admission", "hbone", "rbac", "certs", "certs/identity", "internal/workers"},
 	"bench": {"proxy", "state", "proxy/relay", "proxy/sockopt", "proxy/inpod", "hbone", "rbac",
 		"certs", "certs/identity", "certs/localca", "xds", "xds/xdsserver", "internal/runner",
 		"proxy/inpod/inpodtest", "certs/istioca/istiocatest"},
@@ -64,6 +65,7 @@ var stdlibOnly = map[string][]string{
 	"rbac":            nil,
 	"proxy/relay":     {"golang.org/x/sys/unix"},
 	"proxy/sockopt":   {"golang.org/x/sys/unix"},
+	"proxy/admission": nil,
 }
 
 type listedPackage struct {

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gozt/gozt/internal/proctest"
+	"github.com/gozt/gozt/proxy/admission"
 )
 
 // TestAdmissionShedsDNSOutOfDescriptors (issue 36 item 5): out of file
@@ -21,7 +22,7 @@ import (
 // ever: the queued client would wait and the loop spin.)
 func TestAdmissionShedsDNSOutOfDescriptors(t *testing.T) {
 	const ip = "127.92.2.3"
-	adm := NewAdmission(AdmissionConfig{})
+	adm := admission.New(admission.Config{})
 	m := NewMetrics(prometheus.NewRegistry())
 	p, dnsTCP := serveDNSProxy(t, ip, m, adm)
 	// One at a time: the accept loops share the spare descriptor, whose

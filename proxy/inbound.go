@@ -83,7 +83,7 @@ type inboundRequest struct {
 func (p *Proxy) serveConnect(s *hbone.ServerStream) {
 	if p.cfg.Admission.MemoryPressure() {
 		// A new stream on a connection already open: refused like a new
-		// TCP connection (admission.go). Counted first, so that whoever
+		// TCP connection (admit). Counted first, so that whoever
 		// sees the 503 finds it counted.
 		p.shedForMemory("inbound")
 		_ = s.Respond(http.StatusServiceUnavailable, nil)

@@ -82,7 +82,7 @@ type Metrics struct {
 	// shed counts connections refused at once to protect the process, by
 	// listener (the DNS proxy's TCP listener is "dns") and reason: fd_exhausted (reset with the spare descriptor,
 	// or by restarting the listen when the spare is lost, accept.go) or
-	// memory_pressure (admission.go) (gozt only, TESTPLAN F21, F22).
+	// memory_pressure (package admission) (gozt only, TESTPLAN F21, F22).
 	shed *prometheus.CounterVec
 	// demandRefusals counts on-demand fetches a proxy's DemandLimits
 	// refused, by reason.
@@ -173,7 +173,7 @@ func NewMetricsWithConfig(reg prometheus.Registerer, cfg MetricsConfig) *Metrics
 		m.panics.WithLabelValues(name)
 		shedReasons(name)
 	}
-	shedReasons(dnsListener) // the DNS proxy's TCP listener (admittingListener)
+	shedReasons(dnsListener) // the DNS proxy's TCP listener (admitDNS)
 	// Both reporters exist from the start, at 0, so a dashboard shows 0
 	// rather than "No data".
 	for _, r := range []string{"source", "destination"} {

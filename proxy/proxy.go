@@ -26,6 +26,7 @@ import (
 	"github.com/gozt/gozt/certs/identity"
 	"github.com/gozt/gozt/hbone"
 	"github.com/gozt/gozt/internal/workers"
+	"github.com/gozt/gozt/proxy/admission"
 	"github.com/gozt/gozt/proxy/connmgr"
 	"github.com/gozt/gozt/proxy/dns"
 	"github.com/gozt/gozt/proxy/relay"
@@ -110,9 +111,10 @@ type Config struct {
 	// change and closes those now denied (SPEC §4.4).
 	ConnMgr *connmgr.Manager
 	// Admission, if non-nil, refuses new connections under memory pressure
-	// and learns of file-descriptor exhaustion, for readiness (admission.go);
-	// every proxy of the process shares one. Nil admits every connection.
-	Admission *Admission
+	// and learns of file-descriptor exhaustion, for readiness (package
+	// admission); every proxy of the process shares one. Nil admits every
+	// connection.
+	Admission *admission.Controller
 	// EnableSOCKS5 opens the SOCKS5 listener (15080).
 	EnableSOCKS5 bool
 	// DNS, if non-nil, runs the workload's DNS proxy on DNSAddrs (UDP and
@@ -451,11 +453,11 @@ var listenerReporter = map[string]string{
 // open counts them while they are open.
 func (p *Proxy) acceptLoop(l net.Listener, name string, handle handler, open prometheus.Gauge) {
 	defer p.wg.Done()
-	admitted := &admittingListener{Listener: l, p: p, name: name}
+	admitted := p.admitting(l, name)
 	for {
 		c, err := admitted.Accept()
 		if err != nil {
-			return // closed: admittingListener handles every other failure
+			return // closed: admission.Listener handles every other failure
 		}
 		if !p.track(c, open) {
 			c.Close()

@@ -28,6 +28,7 @@ import (
 	"github.com/gozt/gozt/cmd/gozt/internal/logscope"
 	"github.com/gozt/gozt/internal/runner"
 	"github.com/gozt/gozt/proxy"
+	"github.com/gozt/gozt/proxy/admission"
 	"github.com/gozt/gozt/proxy/connmgr"
 	"github.com/gozt/gozt/proxy/dns"
 	"github.com/gozt/gozt/proxy/inpod"
@@ -71,7 +72,7 @@ type Options struct {
 	ResolvConf string
 	// MemoryLimit is the memory limit in force, in bytes (the lower of
 	// GOMEMLIMIT and the cgroup's), against which admission control
-	// refuses new connections under memory pressure (proxy.Admission);
+	// refuses new connections under memory pressure (admission.Controller);
 	// zero turns that off. main sets it.
 	MemoryLimit int64
 }
@@ -90,7 +91,7 @@ type Mesh struct {
 	denials  *proxy.Denials // every proxy's recent denials, for the live view
 	ready    *admin.Readiness
 	// admission is every proxy's admission control.
-	admission *proxy.Admission
+	admission *admission.Controller
 	ports     *admin.Ports
 	echo      *EchoServer
 	quit      chan struct{}
@@ -138,7 +139,7 @@ func Start(ctx context.Context, opts Options) (m *Mesh, err error) {
 		return nil, err
 	}
 	m.ready = admin.NewReadiness("proxy")
-	m.admission = proxy.NewAdmission(proxy.AdmissionConfig{MemoryLimit: opts.MemoryLimit, Logger: m.log.With("scope", "admission")})
+	m.admission = admission.New(admission.Config{MemoryLimit: opts.MemoryLimit, Logger: m.log.With("scope", "admission")})
 	m.admission.BlockReadiness(m.ready.BlockWhile)
 	m.denials = proxy.NewDenials(0)
 

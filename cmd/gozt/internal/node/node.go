@@ -33,6 +33,7 @@ import (
 	"github.com/gozt/gozt/hbone"
 	"github.com/gozt/gozt/internal/runner"
 	"github.com/gozt/gozt/proxy"
+	"github.com/gozt/gozt/proxy/admission"
 	"github.com/gozt/gozt/proxy/connmgr"
 	"github.com/gozt/gozt/proxy/dns"
 	"github.com/gozt/gozt/proxy/inpod"
@@ -64,7 +65,7 @@ type Options struct {
 	Levels         *logscope.Levels
 	// MemoryLimit is the memory limit in force, in bytes (the lower of
 	// GOMEMLIMIT and the cgroup's), against which admission control
-	// refuses new connections under memory pressure (proxy.Admission);
+	// refuses new connections under memory pressure (admission.Controller);
 	// zero turns that off. main sets it.
 	MemoryLimit int64
 
@@ -85,7 +86,7 @@ type Node struct {
 	connmgr *connmgr.Manager
 	metrics *proxy.Metrics
 	// admission is every proxy's admission control.
-	admission *proxy.Admission
+	admission *admission.Controller
 	dns       *dns.Resolver  // or nil when DNS_CAPTURE is off
 	denials   *proxy.Denials // every proxy's recent denials, for the live view
 	// hosts resolves the hostnames of endpoints without IPs (SPEC §3.3).
@@ -624,8 +625,8 @@ func orDefault(s, def string) string {
 // newAdmission returns the admission control of every proxy for the memory
 // limit in force, its conditions registered with ready: readiness fails
 // while new connections are shed for lack of file descriptors or memory.
-func newAdmission(limit int64, ready *admin.Readiness, log *slog.Logger) *proxy.Admission {
-	a := proxy.NewAdmission(proxy.AdmissionConfig{MemoryLimit: limit, Logger: log.With("scope", "admission")})
+func newAdmission(limit int64, ready *admin.Readiness, log *slog.Logger) *admission.Controller {
+	a := admission.New(admission.Config{MemoryLimit: limit, Logger: log.With("scope", "admission")})
 	a.BlockReadiness(ready.BlockWhile)
 	return a
 }
