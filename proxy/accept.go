@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/gozt/gozt/proxy/telemetry"
 )
 
 // What an accept loop does when Accept fails with anything but a closed
@@ -123,7 +125,7 @@ func (p *Proxy) acceptFailed(l net.Listener, name string, err error, failures in
 	}
 	shed := n > 0
 	if shed {
-		p.cfg.Metrics.shed.WithLabelValues(name, shedFDExhausted).Add(float64(n))
+		p.cfg.Metrics.Shed(name, telemetry.ShedFDExhausted).Add(float64(n))
 	}
 	g := &p.accept
 	g.mu.Lock()

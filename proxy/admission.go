@@ -4,17 +4,11 @@ import (
 	"net"
 
 	"github.com/gozt/gozt/proxy/admission"
+	"github.com/gozt/gozt/proxy/telemetry"
 )
 
 // This file is the proxy's side of admission control (package admission):
 // what it counts, logs and resets when the process's Controller refuses.
-
-// Reasons a connection is shed, the reason label of
-// gozt_connections_shed_total.
-const (
-	shedFDExhausted    = "fd_exhausted"
-	shedMemoryPressure = "memory_pressure"
-)
 
 // admit reports whether a connection accepted on listener may be served;
 // if not it counts and logs it, then resets c (the client must not wait on
@@ -31,12 +25,9 @@ func (p *Proxy) admit(c net.Conn, listener string) bool {
 // shedForMemory counts and logs one connection or stream on listener
 // refused for memory pressure.
 func (p *Proxy) shedForMemory(listener string) {
-	p.cfg.Metrics.shed.WithLabelValues(listener, shedMemoryPressure).Inc()
+	p.cfg.Metrics.Shed(listener, telemetry.ShedMemoryPressure).Inc()
 	p.cfg.Admission.NoteMemoryShed()
 }
-
-// dnsListener is the DNS proxy's TCP listener in gozt_connections_shed_total.
-const dnsListener = "dns"
 
 // admitting wraps listener name's l in admission control: a failed accept
 // backs off or, out of descriptors, sheds the queue with the spare
@@ -54,5 +45,5 @@ func (p *Proxy) admitting(l net.Listener, name string) *admission.Listener {
 
 // admitDNS wraps a DNS proxy's TCP listener in admission control.
 func (p *Proxy) admitDNS(l net.Listener) net.Listener {
-	return p.admitting(l, dnsListener)
+	return p.admitting(l, telemetry.DNSListener)
 }

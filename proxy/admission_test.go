@@ -24,6 +24,7 @@ import (
 	"github.com/gozt/gozt/internal/syncbuf"
 	"github.com/gozt/gozt/proxy/admission"
 	"github.com/gozt/gozt/proxy/dns"
+	"github.com/gozt/gozt/proxy/telemetry"
 )
 
 // The admission test's workload, on 127.92.1.0/24.
@@ -33,10 +34,10 @@ const (
 )
 
 // shedCount reads gozt_connections_shed_total{listener, reason}.
-func shedCount(t *testing.T, m *Metrics, listener, reason string) float64 {
+func shedCount(t *testing.T, m *telemetry.Metrics, listener, reason string) float64 {
 	t.Helper()
 	var out dto.Metric
-	if err := m.shed.WithLabelValues(listener, reason).Write(&out); err != nil {
+	if err := m.Shed(listener, reason).Write(&out); err != nil {
 		t.Fatal(err)
 	}
 	return out.GetCounter().GetValue()
@@ -58,7 +59,7 @@ func TestAdmissionShedsUnderMemoryPressure(t *testing.T) {
 	ran := make(chan error, 1)
 	go func() { ran <- adm.Run(ctx) }()
 	defer func() { cancel(); <-ran }()
-	m := NewMetrics(prometheus.NewRegistry())
+	m := telemetry.NewMetrics(prometheus.NewRegistry())
 	serveProxy(t, Config{
 		WorkloadUID: "c//Pod/ns/w", BindAddr: netip.MustParseAddr(admitWorkloadIP), EnableSOCKS5: true,
 		Store: store, Certs: issuedCerts{ca}, Metrics: m, Admission: adm, Logger: log,
@@ -109,10 +110,10 @@ func TestAdmissionShedsUnderMemoryPressure(t *testing.T) {
 	}
 	echoOnce(t, flowing, fr, "flowing under pressure")
 	echoOnce(t, sibling, sr, "sibling under pressure")
-	if got := shedCount(t, m, "socks5", shedMemoryPressure); got != 3 {
+	if got := shedCount(t, m, "socks5", telemetry.ShedMemoryPressure); got != 3 {
 		t.Errorf("shed{socks5, memory_pressure} = %v, want 3", got)
 	}
-	if got := shedCount(t, m, "inbound", shedMemoryPressure); got != 1 {
+	if got := shedCount(t, m, "inbound", telemetry.ShedMemoryPressure); got != 1 {
 		t.Errorf("shed{inbound, memory_pressure} = %v, want 1", got)
 	}
 	if n := strings.Count(logs.String(), "refusing new connections: memory pressure"); n != 1 {
@@ -147,7 +148,7 @@ const admitDNSWorkloadIP = "127.92.2.2"
 // serveDNSProxy serves a proxy for a workload on ip with its DNS proxy on
 // ip and adm as its admission control; it returns the proxy and the
 // address of its DNS proxy's TCP listener.
-func serveDNSProxy(t *testing.T, ip string, m *Metrics, adm *admission.Controller) (*Proxy, string) {
+func serveDNSProxy(t *testing.T, ip string, m *telemetry.Metrics, adm *admission.Controller) (*Proxy, string) {
 	t.Helper()
 	_, _, ca, _, store := oneWorkload(t, admitEchoIP, ip)
 	p := serveProxy(t, Config{
@@ -207,7 +208,7 @@ func TestAdmissionShedsDNSUnderMemoryPressure(t *testing.T) {
 	ran := make(chan error, 1)
 	go func() { ran <- adm.Run(ctx) }()
 	defer func() { cancel(); <-ran }()
-	m := NewMetrics(prometheus.NewRegistry())
+	m := telemetry.NewMetrics(prometheus.NewRegistry())
 	_, dnsTCP := serveDNSProxy(t, admitDNSWorkloadIP, m, adm)
 	if err := dnsAnswered(dnsTCP); err != nil {
 		t.Fatalf("DNS over TCP before any pressure: %v", err)
@@ -221,7 +222,7 @@ func TestAdmissionShedsDNSUnderMemoryPressure(t *testing.T) {
 		t.Error("DNS over TCP under memory pressure was answered; 15001 refuses")
 	}
 	for _, listener := range []string{"outbound", "dns"} {
-		if got := shedCount(t, m, listener, shedMemoryPressure); got != 1 {
+		if got := shedCount(t, m, listener, telemetry.ShedMemoryPressure); got != 1 {
 			t.Errorf("shed{%s, memory_pressure} = %v, want 1", listener, got)
 		}
 	}

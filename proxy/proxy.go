@@ -31,6 +31,7 @@ import (
 	"github.com/gozt/gozt/proxy/dns"
 	"github.com/gozt/gozt/proxy/relay"
 	"github.com/gozt/gozt/proxy/sockopt"
+	"github.com/gozt/gozt/proxy/telemetry"
 	"github.com/gozt/gozt/state"
 )
 
@@ -88,7 +89,7 @@ type Config struct {
 	// Denials, if non-nil, records every connection authorization refuses,
 	// with the deciding policy and rule (the admin live view); proxies may
 	// share one.
-	Denials *Denials
+	Denials *telemetry.Denials
 	// ReusePort sets SO_REUSEPORT on the listeners, so an old and a new
 	// gozt share a pod's ports during an upgrade (INPOD_PORT_REUSE).
 	ReusePort bool
@@ -106,7 +107,7 @@ type Config struct {
 	// Certs issues the workload certificates. Required.
 	Certs CertSource
 	// Metrics records traffic metrics. Required.
-	Metrics *Metrics
+	Metrics *telemetry.Metrics
 	// ConnMgr, if non-nil, re-checks live inbound connections when policies
 	// change and closes those now denied (SPEC §4.4).
 	ConnMgr *connmgr.Manager
@@ -236,7 +237,7 @@ type Proxy struct {
 
 	accept acceptGuard // the spare descriptor and accept-failure logging (accept.go)
 
-	live liveConns // open connections, when cfg.ListConnections
+	live telemetry.ConnList // open connections, when cfg.ListConnections
 
 	// peers holds the client identity of each inbound HBONE connection
 	// (*tls.Conn → *peer).
@@ -429,7 +430,7 @@ func (p *Proxy) Serve() error {
 	}
 	for name, l := range p.listeners {
 		p.wg.Add(1)
-		go p.acceptLoop(l, name, handlers[name], p.cfg.Metrics.socketsOpen(listenerReporter[name]))
+		go p.acceptLoop(l, name, handlers[name], p.cfg.Metrics.SocketsOpen(name))
 	}
 	if p.dns != nil {
 		p.wg.Go(func() {
@@ -441,12 +442,6 @@ func (p *Proxy) Serve() error {
 	p.mu.Unlock()
 	p.wg.Wait()
 	return nil
-}
-
-// listenerReporter is the metrics reporter of each listener's sockets:
-// source for the client side (outbound, SOCKS5), destination for inbound.
-var listenerReporter = map[string]string{
-	"outbound": "source", "socks5": "source", "plaintext": "destination", "inbound": "destination",
 }
 
 // acceptLoop accepts connections on listener name's l until it is closed;
@@ -505,7 +500,7 @@ func (p *Proxy) callHandler(c net.Conn, listener string, handle handler) (up net
 // gozt_connection_handler_panics_total.
 func (p *Proxy) containPanic(c net.Conn, listener string) {
 	if r := recover(); r != nil {
-		p.cfg.Metrics.panics.WithLabelValues(listener).Inc()
+		p.cfg.Metrics.Panics(listener).Inc()
 		p.log.Error("connection handler panicked", "listener", listener, "panic", r,
 			"src.addr", c.RemoteAddr(), "stack", string(debug.Stack()))
 	}
@@ -530,7 +525,7 @@ func (p *Proxy) handOff(down net.Conn, listener string, up net.Conn, finish func
 	p.wg.Add(1)
 	var request, response *atomic.Int64 // live byte counts, only for a listed connection
 	if p.cfg.ListConnections {
-		request, response = p.live.counters(down, up)
+		request, response = p.live.Counters(down, up)
 	}
 	p.relays.Start(down, up, request, response, func(res relay.Result, err error) {
 		defer p.wg.Done()
@@ -663,7 +658,7 @@ func (p *Proxy) UID() string { return p.cfg.WorkloadUID }
 // manager. When a policy change denies it, or its workload is removed, both
 // legs are aborted (abortLeg) and the connection is recorded with flag DENY. The returned func unregisters and
 // turns the copy's error into the close reason.
-func (p *Proxy) watchPolicy(info connmgr.Info, rec *connRecord, legs ...net.Conn) func(error) error {
+func (p *Proxy) watchPolicy(info connmgr.Info, rec *telemetry.Record, legs ...net.Conn) func(error) error {
 	if p.cfg.ConnMgr == nil {
 		return func(err error) error { return err }
 	}
@@ -677,7 +672,7 @@ func (p *Proxy) watchPolicy(info connmgr.Info, rec *connRecord, legs ...net.Conn
 	return func(err error) error {
 		unregister()
 		if reason := closed.Load(); reason != nil {
-			rec.setFlag(flagDeny)
+			rec.SetFlag(telemetry.FlagDeny)
 			p.noteRecheckDenial(info)
 			return *reason
 		}

@@ -33,6 +33,7 @@ import (
 	"github.com/gozt/gozt/proxy/dns"
 	"github.com/gozt/gozt/proxy/inpod"
 	"github.com/gozt/gozt/proxy/sockopt"
+	"github.com/gozt/gozt/proxy/telemetry"
 	"github.com/gozt/gozt/state"
 	"github.com/gozt/gozt/xds"
 )
@@ -88,7 +89,7 @@ type Mesh struct {
 	connmgr  *connmgr.Manager
 	registry *prometheus.Registry
 	proxies  []*proxy.Proxy
-	denials  *proxy.Denials // every proxy's recent denials, for the live view
+	denials  *telemetry.Denials // every proxy's recent denials, for the live view
 	ready    *admin.Readiness
 	// admission is every proxy's admission control.
 	admission *admission.Controller
@@ -141,7 +142,7 @@ func Start(ctx context.Context, opts Options) (m *Mesh, err error) {
 	m.ready = admin.NewReadiness("proxy")
 	m.admission = admission.New(admission.Config{MemoryLimit: opts.MemoryLimit, Logger: m.log.With("scope", "admission")})
 	m.admission.BlockReadiness(m.ready.BlockWhile)
-	m.denials = proxy.NewDenials(0)
+	m.denials = telemetry.NewDenials(0)
 
 	built := m // the named result is nil on an error return; clean up what was built
 	defer func() {
@@ -228,7 +229,7 @@ func (m *Mesh) workloadState(snap *state.Snapshot) map[string]admin.WorkloadStat
 // startProxies creates and binds a proxy for every workload with an IP on
 // this host.
 func (m *Mesh) startProxies(ctx context.Context) error {
-	metrics := proxy.NewMetrics(m.registry)
+	metrics := telemetry.NewMetrics(m.registry)
 	access := m.log.With("scope", "access")
 	resolver := m.newDNSResolver()
 	hosts := m.newHostResolver()

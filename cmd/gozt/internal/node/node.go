@@ -37,6 +37,7 @@ import (
 	"github.com/gozt/gozt/proxy/connmgr"
 	"github.com/gozt/gozt/proxy/dns"
 	"github.com/gozt/gozt/proxy/inpod"
+	"github.com/gozt/gozt/proxy/telemetry"
 	"github.com/gozt/gozt/state"
 	"github.com/gozt/gozt/xds"
 )
@@ -84,11 +85,11 @@ type Node struct {
 	ca      *istioca.Client
 	xds     *xds.Client
 	connmgr *connmgr.Manager
-	metrics *proxy.Metrics
+	metrics *telemetry.Metrics
 	// admission is every proxy's admission control.
 	admission *admission.Controller
-	dns       *dns.Resolver  // or nil when DNS_CAPTURE is off
-	denials   *proxy.Denials // every proxy's recent denials, for the live view
+	dns       *dns.Resolver      // or nil when DNS_CAPTURE is off
+	denials   *telemetry.Denials // every proxy's recent denials, for the live view
 	// hosts resolves the hostnames of endpoints without IPs (SPEC §3.3).
 	hosts *dns.HostResolver
 	// proxy is dedicated mode's one proxy; pods are shared mode's.
@@ -119,7 +120,7 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 	}
 	n.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		admin.BuildInfo(opts.Env.IstioVersion))
-	n.metrics = proxy.NewMetricsWithConfig(n.registry, proxy.MetricsConfig{
+	n.metrics = telemetry.NewMetricsWithConfig(n.registry, telemetry.MetricsConfig{
 		SeriesGrace: opts.Env.MetricsSeriesGrace, MaxSeries: opts.Env.MetricsMaxSeries,
 	})
 	n.dns = newDNSResolver(opts.Env, orDefault(opts.ResolvConf, "/etc/resolv.conf"),
@@ -136,7 +137,7 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 			return nil, err
 		}
 	}
-	n.denials = proxy.NewDenials(0)
+	n.denials = telemetry.NewDenials(0)
 	n.connmgr = connmgr.New(connmgr.Config{Logger: n.log.With("scope", "connmgr")})
 	env := opts.Env
 	n.findLocal = func(s *state.Snapshot) *state.Workload {
