@@ -32,14 +32,17 @@ var allowed = map[string][]string{
 	"proxy/netns":               {},
 	"proxy/sockopt":             {"proxy/netns"},
 	"proxy/connmgr":             {"rbac", "state", "certs/identity"},
+	"proxy/admission":           {},
+	"proxy/telemetry":           {"state", "rbac", "certs/identity"},
 	"proxy/dns":                 {"state", "certs/identity", "proxy/sockopt", "proxy/netns"},
 	"proxy/inpod":               {"proxy/netns"},
 	"proxy/inpod/inpodtest":     {"proxy/inpod"},
 	"deploy":                    {},
 	"deploy/image":              {},
-	"proxy": {"state", "proxy/relay", "proxy/sockopt", "proxy/netns", "proxy/connmgr",
-		"proxy/dns", "proxy/inpod", "hbone", "rbac", "certs", "certs/identity", "internal/workers"},
-	"bench": {"proxy", "state", "proxy/relay", "proxy/sockopt", "proxy/netns", "proxy/inpod", "hbone", "rbac",
+	"proxy": {"state", "proxy/relay", "proxy/sockopt", "proxy/netns", "proxy/connmgr", "proxy/dns",
+		"proxy/inpod", "proxy/admission", "proxy/telemetry", "hbone", "rbac", "certs", "certs/identity",
+		"internal/workers"},
+	"bench": {"proxy", "state", "proxy/relay", "proxy/sockopt", "proxy/netns", "proxy/inpod", "proxy/telemetry", "hbone", "rbac",
 		"certs", "certs/identity", "certs/localca", "xds", "xds/xdsserver", "internal/runner",
 		"proxy/inpod/inpodtest", "certs/istioca/istiocatest"},
 	"tools":              {},
@@ -66,6 +69,7 @@ var stdlibOnly = map[string][]string{
 	"proxy/relay":     {"golang.org/x/sys/unix"},
 	"proxy/sockopt":   {"golang.org/x/sys/unix"},
 	"proxy/netns":     {"golang.org/x/sys/unix"},
+	"proxy/admission": nil,
 }
 
 type listedPackage struct {

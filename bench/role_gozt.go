@@ -19,6 +19,7 @@ import (
 	"github.com/gozt/gozt/internal/runner"
 	"github.com/gozt/gozt/proxy"
 	"github.com/gozt/gozt/proxy/netns"
+	"github.com/gozt/gozt/proxy/telemetry"
 	"github.com/gozt/gozt/rbac"
 	"github.com/gozt/gozt/state"
 	"github.com/gozt/gozt/xds"
@@ -141,7 +142,7 @@ func loadStore(path string, policies []*rbac.Policy) (*state.Store, time.Duratio
 
 // startProxies binds a proxy for each workload of uids.
 func (g *goztRole) startProxies(ctx context.Context, uids []string, poolMax int) error {
-	metrics := proxy.NewMetrics(prometheus.NewRegistry())
+	metrics := telemetry.NewMetrics(prometheus.NewRegistry())
 	snap := g.store.Snapshot()
 	for _, uid := range uids {
 		if uid == "" {

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/gozt/gozt/proxy/telemetry"
 )
 
 // What an accept loop does when Accept fails with anything but a closed
@@ -78,6 +80,14 @@ func (g *acceptGuard) openSpareLocked() bool {
 // spare away.
 var openSpareFile = func() (*os.File, error) { return os.Open(os.DevNull) }
 
+// accepted takes the spare descriptor back if it was given up: a
+// successful Accept ends the shedding.
+func (g *acceptGuard) accepted() {
+	if g.spent.Load() {
+		g.reacquire()
+	}
+}
+
 // reacquire takes the spare descriptor back after it was given up.
 func (g *acceptGuard) reacquire() {
 	g.mu.Lock()
@@ -107,7 +117,7 @@ func isFDExhausted(err error) bool {
 func (p *Proxy) acceptFailed(l net.Listener, name string, err error, failures int) {
 	sustained := isFDExhausted(err) && failures > shedAfter
 	if sustained {
-		p.cfg.Admission.noteFDExhausted() // readiness (admission.go)
+		p.cfg.Admission.NoteFDExhausted() // readiness (package admission)
 	}
 	n := 0
 	if sustained {
@@ -115,7 +125,7 @@ func (p *Proxy) acceptFailed(l net.Listener, name string, err error, failures in
 	}
 	shed := n > 0
 	if shed {
-		p.cfg.Metrics.shed.WithLabelValues(name, shedFDExhausted).Add(float64(n))
+		p.cfg.Metrics.Shed(name, telemetry.ShedFDExhausted).Add(float64(n))
 	}
 	g := &p.accept
 	g.mu.Lock()

@@ -10,6 +10,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gozt/gozt/internal/proctest"
+	"github.com/gozt/gozt/proxy/admission"
+	"github.com/gozt/gozt/proxy/telemetry"
 )
 
 // TestAdmissionShedsDNSOutOfDescriptors (issue 36 item 5): out of file
@@ -21,8 +23,8 @@ import (
 // ever: the queued client would wait and the loop spin.)
 func TestAdmissionShedsDNSOutOfDescriptors(t *testing.T) {
 	const ip = "127.92.2.3"
-	adm := NewAdmission(AdmissionConfig{})
-	m := NewMetrics(prometheus.NewRegistry())
+	adm := admission.New(admission.Config{})
+	m := telemetry.NewMetrics(prometheus.NewRegistry())
 	p, dnsTCP := serveDNSProxy(t, ip, m, adm)
 	// One at a time: the accept loops share the spare descriptor, whose
 	// slot one loop's accept can take while another sheds (accept.go), so
@@ -78,10 +80,10 @@ func TestAdmissionShedsDNSOutOfDescriptors(t *testing.T) {
 		}
 		// acceptFailed counts the connections shedQueued reset after
 		// the resets.
-		for start := time.Now(); shedCount(t, m, tg.name, shedFDExhausted) == 0 && time.Since(start) < 5*time.Second; {
+		for start := time.Now(); shedCount(t, m, tg.name, telemetry.ShedFDExhausted) == 0 && time.Since(start) < 5*time.Second; {
 			time.Sleep(time.Millisecond)
 		}
-		if got := shedCount(t, m, tg.name, shedFDExhausted); got != 1 {
+		if got := shedCount(t, m, tg.name, telemetry.ShedFDExhausted); got != 1 {
 			t.Errorf("shed{%s, fd_exhausted} = %v, want 1", tg.name, got)
 		}
 	}

@@ -6,17 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net"
 	"net/http"
 	"net/netip"
 	"os"
-	"runtime"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	mdns "github.com/miekg/dns"
@@ -26,105 +22,10 @@ import (
 
 	"github.com/gozt/gozt/hbone"
 	"github.com/gozt/gozt/internal/syncbuf"
+	"github.com/gozt/gozt/proxy/admission"
 	"github.com/gozt/gozt/proxy/dns"
+	"github.com/gozt/gozt/proxy/telemetry"
 )
-
-// TestAdmissionWatermarks: new connections are refused once the sampled
-// memory passes the high-water mark, stay refused between the marks, and
-// are admitted again only below the low-water mark; nothing changes
-// between samples.
-func TestAdmissionWatermarks(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		var used atomic.Uint64
-		a := NewAdmission(AdmissionConfig{MemoryLimit: 1000, Interval: 100 * time.Millisecond})
-		a.read = used.Load
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error)
-		go func() { done <- a.Run(ctx) }()
-		step := func(mem uint64, want bool) {
-			t.Helper()
-			used.Store(mem)
-			time.Sleep(100 * time.Millisecond)
-			synctest.Wait()
-			if got := a.MemoryPressure(); got != want {
-				t.Errorf("memory %d of 1000: MemoryPressure() = %v, want %v", mem, got, want)
-			}
-		}
-		time.Sleep(time.Millisecond) // between ticks
-		step(800, false)             // under the high-water mark (850)
-		step(900, true)
-		step(800, true) // between the marks: still refusing
-		step(760, true)
-		step(700, false) // under the low-water mark (750)
-		step(800, false)
-		used.Store(2000)
-		time.Sleep(50 * time.Millisecond) // half an interval: not sampled yet
-		if a.MemoryPressure() {
-			t.Error("MemoryPressure() changed between samples")
-		}
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run = %v", err)
-		}
-	})
-}
-
-// TestAdmissionOff: with no memory limit Run returns at once and nothing
-// is ever refused; a nil Admission refuses nothing either.
-func TestAdmissionOff(t *testing.T) {
-	a := NewAdmission(AdmissionConfig{})
-	a.read = func() uint64 { return 1 << 62 }
-	if err := a.Run(context.Background()); err != nil || a.MemoryPressure() {
-		t.Errorf("Run = %v, MemoryPressure() = %v; want nil, false", err, a.MemoryPressure())
-	}
-	var none *Admission
-	if none.MemoryPressure() || none.FDExhausted() {
-		t.Error("a nil Admission reports pressure")
-	}
-	none.noteFDExhausted() // no panic
-}
-
-// TestFDExhaustedHold: readiness reports a descriptor exhaustion for
-// fdReadyHold after the last one, and each new one extends it.
-func TestFDExhaustedHold(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		a := NewAdmission(AdmissionConfig{})
-		if a.FDExhausted() {
-			t.Fatal("FDExhausted() before any exhaustion")
-		}
-		a.noteFDExhausted()
-		time.Sleep(fdReadyHold - 100*time.Millisecond)
-		if !a.FDExhausted() {
-			t.Errorf("FDExhausted() = false %v after an exhaustion", fdReadyHold-100*time.Millisecond)
-		}
-		a.noteFDExhausted()
-		time.Sleep(fdReadyHold - 100*time.Millisecond)
-		if !a.FDExhausted() {
-			t.Error("a second exhaustion did not extend the hold")
-		}
-		time.Sleep(200 * time.Millisecond)
-		if a.FDExhausted() {
-			t.Errorf("FDExhausted() still true %v after the last exhaustion", fdReadyHold+100*time.Millisecond)
-		}
-	})
-}
-
-// TestReadMemory: the sampled memory grows with memory held live and
-// stays within what the runtime has mapped.
-func TestReadMemory(t *testing.T) {
-	before := readMemory()
-	hold := make([][]byte, 64)
-	for i := range hold {
-		hold[i] = make([]byte, 1<<20)
-		hold[i][0] = 1
-	}
-	runtime.GC() // the live heap is measured by a collection
-	after := readMemory()
-	if after < before+48<<20 {
-		t.Errorf("readMemory() = %d with 64 MiB more held live, %d before; want at least 48 MiB more", after, before)
-	}
-	hold[0][0] = 2 // hold is live through the read
-}
 
 // The admission test's workload, on 127.92.1.0/24.
 const (
@@ -133,10 +34,10 @@ const (
 )
 
 // shedCount reads gozt_connections_shed_total{listener, reason}.
-func shedCount(t *testing.T, m *Metrics, listener, reason string) float64 {
+func shedCount(t *testing.T, m *telemetry.Metrics, listener, reason string) float64 {
 	t.Helper()
 	var out dto.Metric
-	if err := m.shed.WithLabelValues(listener, reason).Write(&out); err != nil {
+	if err := m.Shed(listener, reason).Write(&out); err != nil {
 		t.Fatal(err)
 	}
 	return out.GetCounter().GetValue()
@@ -153,13 +54,12 @@ func TestAdmissionShedsUnderMemoryPressure(t *testing.T) {
 	logs := &syncbuf.Buffer{}
 	log := slog.New(slog.NewTextHandler(logs, nil))
 	var used atomic.Uint64
-	adm := NewAdmission(AdmissionConfig{MemoryLimit: 1000, Interval: 5 * time.Millisecond, Logger: log})
-	adm.read = used.Load
+	adm := admission.NewForTest(admission.Config{MemoryLimit: 1000, Interval: 5 * time.Millisecond, Logger: log}, used.Load)
 	ctx, cancel := context.WithCancel(context.Background())
 	ran := make(chan error, 1)
 	go func() { ran <- adm.Run(ctx) }()
 	defer func() { cancel(); <-ran }()
-	m := NewMetrics(prometheus.NewRegistry())
+	m := telemetry.NewMetrics(prometheus.NewRegistry())
 	serveProxy(t, Config{
 		WorkloadUID: "c//Pod/ns/w", BindAddr: netip.MustParseAddr(admitWorkloadIP), EnableSOCKS5: true,
 		Store: store, Certs: issuedCerts{ca}, Metrics: m, Admission: adm, Logger: log,
@@ -210,10 +110,10 @@ func TestAdmissionShedsUnderMemoryPressure(t *testing.T) {
 	}
 	echoOnce(t, flowing, fr, "flowing under pressure")
 	echoOnce(t, sibling, sr, "sibling under pressure")
-	if got := shedCount(t, m, "socks5", shedMemoryPressure); got != 3 {
+	if got := shedCount(t, m, "socks5", telemetry.ShedMemoryPressure); got != 3 {
 		t.Errorf("shed{socks5, memory_pressure} = %v, want 3", got)
 	}
-	if got := shedCount(t, m, "inbound", shedMemoryPressure); got != 1 {
+	if got := shedCount(t, m, "inbound", telemetry.ShedMemoryPressure); got != 1 {
 		t.Errorf("shed{inbound, memory_pressure} = %v, want 1", got)
 	}
 	if n := strings.Count(logs.String(), "refusing new connections: memory pressure"); n != 1 {
@@ -242,37 +142,13 @@ func TestAdmissionShedsUnderMemoryPressure(t *testing.T) {
 	echoOnce(t, s, bufio.NewReader(s), "stream after")
 }
 
-// TestAdmissionBlockReadiness: BlockReadiness registers one blocker for
-// descriptor exhaustion and one for memory pressure, each true exactly while
-// its condition holds.
-func TestAdmissionBlockReadiness(t *testing.T) {
-	a := NewAdmission(AdmissionConfig{})
-	blockers := map[string]func() bool{}
-	a.BlockReadiness(func(name string, blocked func() bool) { blockers[name] = blocked })
-	fds, mem := blockers["file descriptors exhausted"], blockers["memory pressure"]
-	if len(blockers) != 2 || fds == nil || mem == nil {
-		t.Fatalf("blockers %v, want file descriptors exhausted and memory pressure", slices.Sorted(maps.Keys(blockers)))
-	}
-	if fds() || mem() {
-		t.Fatalf("a fresh Admission blocks readiness: fds %v, memory %v", fds(), mem())
-	}
-	a.noteFDExhausted()
-	if !fds() || mem() {
-		t.Errorf("after descriptor exhaustion: fds %v, memory %v; want true, false", fds(), mem())
-	}
-	a.shedding.Store(true)
-	if !mem() {
-		t.Error("while shedding for memory the memory blocker is false")
-	}
-}
-
 // The DNS admission tests' workload, on 127.92.2.0/24.
 const admitDNSWorkloadIP = "127.92.2.2"
 
 // serveDNSProxy serves a proxy for a workload on ip with its DNS proxy on
 // ip and adm as its admission control; it returns the proxy and the
 // address of its DNS proxy's TCP listener.
-func serveDNSProxy(t *testing.T, ip string, m *Metrics, adm *Admission) (*Proxy, string) {
+func serveDNSProxy(t *testing.T, ip string, m *telemetry.Metrics, adm *admission.Controller) (*Proxy, string) {
 	t.Helper()
 	_, _, ca, _, store := oneWorkload(t, admitEchoIP, ip)
 	p := serveProxy(t, Config{
@@ -327,13 +203,12 @@ func refused(addr string) error {
 // listener; below the low-water mark the DNS proxy answers over TCP again.
 func TestAdmissionShedsDNSUnderMemoryPressure(t *testing.T) {
 	var used atomic.Uint64
-	adm := NewAdmission(AdmissionConfig{MemoryLimit: 1000, Interval: 5 * time.Millisecond})
-	adm.read = used.Load
+	adm := admission.NewForTest(admission.Config{MemoryLimit: 1000, Interval: 5 * time.Millisecond}, used.Load)
 	ctx, cancel := context.WithCancel(context.Background())
 	ran := make(chan error, 1)
 	go func() { ran <- adm.Run(ctx) }()
 	defer func() { cancel(); <-ran }()
-	m := NewMetrics(prometheus.NewRegistry())
+	m := telemetry.NewMetrics(prometheus.NewRegistry())
 	_, dnsTCP := serveDNSProxy(t, admitDNSWorkloadIP, m, adm)
 	if err := dnsAnswered(dnsTCP); err != nil {
 		t.Fatalf("DNS over TCP before any pressure: %v", err)
@@ -347,7 +222,7 @@ func TestAdmissionShedsDNSUnderMemoryPressure(t *testing.T) {
 		t.Error("DNS over TCP under memory pressure was answered; 15001 refuses")
 	}
 	for _, listener := range []string{"outbound", "dns"} {
-		if got := shedCount(t, m, listener, shedMemoryPressure); got != 1 {
+		if got := shedCount(t, m, listener, telemetry.ShedMemoryPressure); got != 1 {
 			t.Errorf("shed{%s, memory_pressure} = %v, want 1", listener, got)
 		}
 	}
@@ -359,7 +234,7 @@ func TestAdmissionShedsDNSUnderMemoryPressure(t *testing.T) {
 
 // setMemoryUsed makes the memory adm reads v (of a limit of 1000, through
 // used) and waits until its MemoryPressure is want.
-func setMemoryUsed(t *testing.T, adm *Admission, used *atomic.Uint64, v uint64, want bool) {
+func setMemoryUsed(t *testing.T, adm *admission.Controller, used *atomic.Uint64, v uint64, want bool) {
 	t.Helper()
 	used.Store(v)
 	for start := time.Now(); adm.MemoryPressure() != want; time.Sleep(time.Millisecond) {

@@ -1,48 +1,19 @@
 package proxy
 
 import (
-	"context"
 	"log/slog"
 
+	"github.com/gozt/gozt/proxy/telemetry"
 	"github.com/gozt/gozt/rbac"
 )
 
 // logAuthz logs authorization's decision d on c at debug, or at info with
-// AuthzInfoLogging (AUTHZ_POLICY_INFO_LOGGING), with ztunnel's messages
-// for each outcome (its state.rs assert_rbac). Nothing is built unless the
-// line is logged: this runs for every connection.
+// AuthzInfoLogging (AUTHZ_POLICY_INFO_LOGGING), as telemetry.LogAuthz words
+// it.
 func (p *Proxy) logAuthz(d rbac.Decision, c rbac.Conn) {
 	level := slog.LevelDebug
 	if p.cfg.AuthzInfoLogging {
 		level = slog.LevelInfo
 	}
-	ctx := context.Background()
-	if !p.log.Enabled(ctx, level) {
-		return
-	}
-	var msg string
-	attrs := make([]slog.Attr, 0, 4)
-	switch d.Reason {
-	case rbac.AllowedNoPolicies:
-		msg = "no allow policies, allow"
-	case rbac.AllowedByPolicy:
-		msg = "allow policy match"
-	case rbac.DeniedByPolicy:
-		msg = "deny policy match"
-	case rbac.DeniedNoAllowMatched:
-		msg = "no allow policies matched"
-	case rbac.DeniedUnknownPolicy:
-		msg = "unknown referenced policy, deny"
-		attrs = append(attrs, slog.String("policy", d.Missing))
-	default:
-		return
-	}
-	if d.Policy != nil {
-		attrs = append(attrs, slog.String("policy", d.Policy.Key()))
-	}
-	attrs = append(attrs, slog.String("src.addr", c.Src.String()), slog.String("dst.addr", c.Dst.String()))
-	if !c.Identity.IsZero() {
-		attrs = append(attrs, slog.String("src.identity", c.Identity.String()))
-	}
-	p.log.LogAttrs(ctx, level, msg, attrs...)
+	telemetry.LogAuthz(p.log, level, d, c)
 }

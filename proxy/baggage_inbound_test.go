@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gozt/gozt/certs/localca"
+	"github.com/gozt/gozt/proxy/telemetry"
 	"github.com/gozt/gozt/state"
 )
 
@@ -87,7 +88,7 @@ func inboundOnceIn(t *testing.T, o inboundOpts) http.Header {
 	}
 	c := Config{
 		WorkloadUID: "c//Pod/ns/server", BindAddr: netip.MustParseAddr(serverIP), InboundOnly: true,
-		Store: store, Certs: issuedCerts{ca}, Metrics: NewMetrics(prometheus.NewRegistry()),
+		Store: store, Certs: issuedCerts{ca}, Metrics: telemetry.NewMetrics(prometheus.NewRegistry()),
 	}
 	o.cfg(&c)
 	serveProxy(t, c, 5*time.Second)

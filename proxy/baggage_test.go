@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gozt/gozt/proxy/telemetry"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -70,7 +71,7 @@ func TestInboundBaggageSource(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			reg := prometheus.NewRegistry()
 			inboundOnceWith(t, inboundOpts{
-				cfg:           func(c *Config) { c.Metrics, c.NoResponseBaggage = NewMetrics(reg), tc.noBaggage },
+				cfg:           func(c *Config) { c.Metrics, c.NoResponseBaggage = telemetry.NewMetrics(reg), tc.noBaggage },
 				header:        http.Header{"Baggage": {bag}},
 				unknownClient: tc.unknownClient,
 			})

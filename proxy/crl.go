@@ -9,6 +9,7 @@ import (
 
 	"github.com/gozt/gozt/certs"
 	"github.com/gozt/gozt/hbone"
+	"github.com/gozt/gozt/proxy/telemetry"
 )
 
 // Certificate revocation (SPEC §2.1, CRL_PATH). A handshake with a peer
@@ -56,7 +57,7 @@ func (p *Proxy) CRLChanged() int {
 			p.tunnels.Delete(key)
 			p.log.Warn("closing a connection whose peer certificate is now revoked", "reporter", t.reporter,
 				"peer", t.peer[0].Subject.String())
-			p.cfg.Metrics.crlRejections.WithLabelValues(t.reporter).Inc()
+			p.cfg.Metrics.CRLRejections(t.reporter).Inc()
 			t.close()
 			n++
 		}
@@ -68,16 +69,16 @@ func (p *Proxy) CRLChanged() int {
 // noteHandshakeError counts a handshake the CRL refused.
 func (p *Proxy) noteHandshakeError(err error, reporter string) {
 	if errors.Is(err, certs.ErrCertRevoked) {
-		p.cfg.Metrics.crlRejections.WithLabelValues(reporter).Inc()
+		p.cfg.Metrics.CRLRejections(reporter).Inc()
 	}
 }
 
 // handshakeFlag is the response flag of a failed outbound TLS handshake.
 func handshakeFlag(err error) string {
 	if errors.Is(err, certs.ErrCertRevoked) {
-		return flagRevoked
+		return telemetry.FlagRevoked
 	}
-	return flagTLS
+	return telemetry.FlagTLS
 }
 
 // trackInbound tracks an inbound mTLS connection for CRL re-checks, with
@@ -89,11 +90,11 @@ func (p *Proxy) trackInbound(tc *tls.Conn, cs *tls.ConnectionState) bool {
 	cancel()
 	switch {
 	case err != nil:
-		p.cfg.Metrics.crlUntracked.WithLabelValues("destination").Inc()
+		p.cfg.Metrics.CRLUntracked("destination").Inc()
 		return true
 	case p.trackTunnel(tc, cert, cs, "destination", func() { tc.Close() }):
 		p.untrackTunnel(tc)
-		p.cfg.Metrics.crlRejections.WithLabelValues("destination").Inc()
+		p.cfg.Metrics.CRLRejections("destination").Inc()
 		tc.Close()
 		return false
 	}
@@ -105,7 +106,7 @@ func (p *Proxy) trackInbound(tc *tls.Conn, cs *tls.ConnectionState) bool {
 func (p *Proxy) trackOutbound(cc *hbone.ClientConn, cert *certs.Cert, cs *tls.ConnectionState) bool {
 	if p.trackTunnel(cc, cert, cs, "source", func() { cc.Close() }) {
 		p.untrackTunnel(cc)
-		p.cfg.Metrics.crlRejections.WithLabelValues("source").Inc()
+		p.cfg.Metrics.CRLRejections("source").Inc()
 		cc.Close()
 		return false
 	}

@@ -2,97 +2,16 @@ package proxy
 
 import (
 	"errors"
-	"net/netip"
-	"sync"
 	"time"
 
 	"github.com/gozt/gozt/proxy/connmgr"
+	"github.com/gozt/gozt/proxy/telemetry"
 	"github.com/gozt/gozt/rbac"
 	"github.com/gozt/gozt/state"
 )
 
-// Denial is one connection that authorization refused, for the admin live
-// view: who asked for what, and the policy and rule that decided. It holds
-// addresses and identities only, nothing secret.
-type Denial struct {
-	Time time.Time `json:"time"`
-	// Workload is the local workload the connection was for, as
-	// namespace/name, and WorkloadUID its uid.
-	Workload    string `json:"workload"`
-	WorkloadUID string `json:"workloadUid"`
-	// Via is how the connection arrived: HBONE (15008), TCP (plaintext
-	// 15006), or "policy change" for a live connection closed because a
-	// policy update denied it (SPEC §4.4).
-	Via         string         `json:"via"`
-	Src         netip.AddrPort `json:"src"`
-	SrcIdentity string         `json:"srcIdentity,omitempty"` // the peer's SPIFFE id; empty without mTLS
-	Dst         netip.AddrPort `json:"dst"`
-	// Policy is the deciding policy (namespace/name), or "" when none did
-	// (no ALLOW policy matched, or a referenced policy is unknown).
-	Policy string `json:"policy,omitempty"`
-	// Rule is the index of the deciding rule in Policy, or -1.
-	Rule int `json:"rule"`
-	// Reason is the decision as the access log words it.
-	Reason string `json:"reason"`
-}
-
-// Via values of Denial.
-const (
-	ViaHBONE        = "HBONE"
-	ViaTCP          = "TCP"
-	ViaPolicyChange = "policy change"
-)
-
-// DefaultDenials is how many denials NewDenials keeps when asked for none.
-const DefaultDenials = 64
-
-// Denials keeps the most recent denials of the proxies that share it, in a
-// ring of fixed size: memory stays bounded however many connections are
-// refused, and recording costs a short lock and a copy, only on a denial.
-// The zero value is not usable; a nil *Denials records nothing.
-type Denials struct {
-	mu    sync.Mutex
-	ring  []Denial // fixed length; the oldest is overwritten
-	next  int      // index of the slot the next denial takes
-	total uint64   // denials recorded since start
-}
-
-// NewDenials returns a ring of the last n denials; if n ≤ 0,
-// DefaultDenials.
-func NewDenials(n int) *Denials {
-	if n <= 0 {
-		n = DefaultDenials
-	}
-	return &Denials{ring: make([]Denial, n)}
-}
-
-// Record adds d, dropping the oldest denial once the ring is full.
-func (ds *Denials) Record(d Denial) {
-	if ds == nil {
-		return
-	}
-	ds.mu.Lock()
-	ds.ring[ds.next] = d
-	ds.next = (ds.next + 1) % len(ds.ring)
-	ds.total++
-	ds.mu.Unlock()
-}
-
-// Recent returns a copy of the kept denials, newest first, and how many
-// were recorded in all (more than len(recent) once the ring wrapped).
-func (ds *Denials) Recent() (recent []Denial, total uint64) {
-	if ds == nil {
-		return []Denial{}, 0
-	}
-	ds.mu.Lock()
-	defer ds.mu.Unlock()
-	n := int(min(ds.total, uint64(len(ds.ring))))
-	recent = make([]Denial, 0, n)
-	for i := 1; i <= n; i++ {
-		recent = append(recent, ds.ring[(ds.next-i+len(ds.ring))%len(ds.ring)])
-	}
-	return recent, ds.total
-}
+// This file records, in the process's telemetry.Denials, the connections
+// authorization refused.
 
 // noteInboundDenial records an inbound HBONE CONNECT that authorization
 // refused (SPEC §2.4 step 6); other refusals are not denials.
@@ -100,7 +19,7 @@ func (p *Proxy) noteInboundDenial(req *inboundRequest, ierr *inboundError) {
 	if ierr == nil || p.cfg.Denials == nil {
 		return
 	}
-	p.noteDenial(req.snap, req.local, ViaHBONE, req.authz, ierr.err)
+	p.noteDenial(req.snap, req.local, telemetry.ViaHBONE, req.authz, ierr.err)
 }
 
 // noteDenial records c, for the local workload, if err is authorization's
@@ -112,7 +31,7 @@ func (p *Proxy) noteDenial(snap *state.Snapshot, local *state.Workload, via stri
 		return
 	}
 	t := rbac.Target{Namespace: local.Namespace, PolicyRefs: local.AuthorizationPolicies}
-	p.cfg.Denials.Record(denial(local, via, c, rbac.Evaluate(snap, t, c)))
+	p.cfg.Denials.Record(telemetry.NewDenial(local, via, c, rbac.Evaluate(snap, t, c)))
 }
 
 // noteRecheckDenial records a live connection that a policy change closed.
@@ -126,22 +45,11 @@ func (p *Proxy) noteRecheckDenial(info connmgr.Info) {
 	snap := p.cfg.Store.Snapshot()
 	local := snap.WorkloadByUID(info.WorkloadUID)
 	if local == nil {
-		p.cfg.Denials.Record(Denial{Time: time.Now(), WorkloadUID: info.WorkloadUID, Via: ViaPolicyChange,
-			Src: info.Conn.Src, SrcIdentity: principal(info.Conn.Identity), Dst: info.Conn.Dst, Rule: -1,
+		p.cfg.Denials.Record(telemetry.Denial{Time: time.Now(), WorkloadUID: info.WorkloadUID, Via: telemetry.ViaPolicyChange,
+			Src: info.Conn.Src, SrcIdentity: telemetry.Principal(info.Conn.Identity), Dst: info.Conn.Dst, Rule: -1,
 			Reason: "destination workload removed"})
 		return
 	}
 	t := rbac.Target{Namespace: local.Namespace, PolicyRefs: local.AuthorizationPolicies}
-	p.cfg.Denials.Record(denial(local, ViaPolicyChange, info.Conn, rbac.Evaluate(snap, t, info.Conn)))
-}
-
-func denial(local *state.Workload, via string, c rbac.Conn, d rbac.Decision) Denial {
-	out := Denial{
-		Time: time.Now(), Workload: local.Namespace + "/" + local.Name, WorkloadUID: local.UID, Via: via,
-		Src: c.Src, SrcIdentity: principal(c.Identity), Dst: c.Dst, Rule: -1, Reason: d.String(),
-	}
-	if d.Policy != nil {
-		out.Policy, out.Rule = d.Policy.Key(), d.Rule
-	}
-	return out
+	p.cfg.Denials.Record(telemetry.NewDenial(local, telemetry.ViaPolicyChange, info.Conn, rbac.Evaluate(snap, t, info.Conn)))
 }

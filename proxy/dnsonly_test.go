@@ -11,6 +11,7 @@ import (
 
 	"github.com/gozt/gozt/certs/localca"
 	"github.com/gozt/gozt/proxy/dns"
+	"github.com/gozt/gozt/proxy/telemetry"
 	"github.com/gozt/gozt/state"
 )
 
@@ -40,7 +41,7 @@ func TestDNSOnly(t *testing.T) {
 				return fn(func() error { return nil })
 			},
 			WorkloadUID: "c//Pod/ns/server", BindAddr: netip.MustParseAddr(ip), DNSOnly: tc.dnsOnly,
-			Store: state.NewStore(state.Config{}), Certs: issuedCerts{ca}, Metrics: NewMetrics(prometheus.NewRegistry()),
+			Store: state.NewStore(state.Config{}), Certs: issuedCerts{ca}, Metrics: telemetry.NewMetrics(prometheus.NewRegistry()),
 			DNS:      dns.NewResolver(dns.Config{Metrics: dns.NewMetrics(prometheus.NewRegistry())}),
 			DNSAddrs: []netip.AddrPort{dnsAddr},
 		})

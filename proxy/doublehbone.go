@@ -11,6 +11,7 @@ import (
 	"github.com/gozt/gozt/certs"
 	"github.com/gozt/gozt/certs/identity"
 	"github.com/gozt/gozt/hbone"
+	"github.com/gozt/gozt/proxy/telemetry"
 	"github.com/gozt/gozt/state"
 )
 
@@ -57,7 +58,7 @@ func (p *Proxy) connectInner(ctx context.Context, srcID string, rt route, outer 
 	}
 	cert, err := p.cfg.Certs.Get(ctx, id)
 	if err != nil {
-		return nil, "", withFlag(flagIdentity, fmt.Errorf("certificate for %s: %w", id, err))
+		return nil, "", withFlag(telemetry.FlagIdentity, fmt.Errorf("certificate for %s: %w", id, err))
 	}
 	tc := tls.Client(outer, p.cfg.TLS.ClientConfig(cert, rt.inner.sans))
 	if err := tc.HandshakeContext(ctx); err != nil {
@@ -70,17 +71,17 @@ func (p *Proxy) connectInner(ctx context.Context, srcID string, rt route, outer 
 	ccfg.MaxConcurrentStreams = 1
 	cc, err := hbone.NewClientConn(ctx, tc, ccfg) // closes tc, and so outer, on failure
 	if err != nil {
-		return nil, "", withFlag(flagH2, fmt.Errorf("http/2 handshake: %w", err))
+		return nil, "", withFlag(telemetry.FlagH2, fmt.Errorf("http/2 handshake: %w", err))
 	}
 	if !p.trackOutbound(cc, cert, &cs) {
-		return nil, "", withFlag(flagRevoked, fmt.Errorf("tls handshake: %w", certs.ErrCertRevoked))
+		return nil, "", withFlag(telemetry.FlagRevoked, fmt.Errorf("tls handshake: %w", certs.ErrCertRevoked))
 	}
 	s, err := cc.Connect(ctx, rt.authority, h)
 	if err != nil {
 		cc.Close()
 		return nil, "", err
 	}
-	return &innerConn{ClientStream: s, cc: cc, outer: outer}, principal(peer), nil
+	return &innerConn{ClientStream: s, cc: cc, outer: outer}, telemetry.Principal(peer), nil
 }
 
 // innerConn is the inner stream of a double HBONE connection. It owns the

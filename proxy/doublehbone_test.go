@@ -27,6 +27,7 @@ import (
 	"github.com/gozt/gozt/internal/syncbuf"
 	"github.com/gozt/gozt/internal/tcptest"
 	"github.com/gozt/gozt/internal/workers"
+	"github.com/gozt/gozt/proxy/telemetry"
 	"github.com/gozt/gozt/state"
 )
 
@@ -181,8 +182,8 @@ func TestDoubleHBONE(t *testing.T) {
 	// fails (the gateway passed it on), recorded as TLS_FAILURE.
 	wantClosed(t, netip.MustParseAddrPort(dhBadSANVIP+":80"))
 	waitLog(t, clientLog, "inner hbone connect badsan.ns.svc.cluster.local:80", 1)
-	if got := counterLabels(t, clientReg, "istio_tcp_connections_failed_total", "source")["response_flags"]; got != flagTLS {
-		t.Errorf("inner handshake failure: response_flags = %q, want %q", got, flagTLS)
+	if got := counterLabels(t, clientReg, "istio_tcp_connections_failed_total", "source")["response_flags"]; got != telemetry.FlagTLS {
+		t.Errorf("inner handshake failure: response_flags = %q, want %q", got, telemetry.FlagTLS)
 	}
 }
 
@@ -431,7 +432,7 @@ func socksConnect(t *testing.T, dst netip.AddrPort) net.Conn {
 func serveWatchedProxy(t *testing.T, cfg Config) (*syncbuf.Buffer, *prometheus.Registry) {
 	t.Helper()
 	log, reg := &syncbuf.Buffer{}, prometheus.NewRegistry()
-	cfg.Metrics = NewMetrics(reg)
+	cfg.Metrics = telemetry.NewMetrics(reg)
 	cfg.AccessLog = slog.New(slog.NewTextHandler(log, nil))
 	serveProxy(t, cfg, 5*time.Second)
 	return log, reg

@@ -20,6 +20,7 @@ import (
 	"github.com/gozt/gozt/certs/identity"
 	"github.com/gozt/gozt/certs/localca"
 	"github.com/gozt/gozt/hbone"
+	"github.com/gozt/gozt/proxy/telemetry"
 	"github.com/gozt/gozt/rbac"
 	"github.com/gozt/gozt/state"
 )
@@ -110,12 +111,12 @@ func earlyMesh(t *testing.T, denyPort uint16, allowPort uint16) *prometheus.Regi
 	quiet := slog.New(slog.DiscardHandler)
 	serveProxy(t, Config{
 		WorkloadUID: "c//Pod/ns/server", BindAddr: netip.MustParseAddr(edServerIP), InboundOnly: true,
-		Store: store, Certs: issuedCerts{ca}, Metrics: NewMetrics(prometheus.NewRegistry()), AccessLog: quiet,
+		Store: store, Certs: issuedCerts{ca}, Metrics: telemetry.NewMetrics(prometheus.NewRegistry()), AccessLog: quiet,
 	}, 5*time.Second)
 	reg := prometheus.NewRegistry()
 	serveProxy(t, Config{
 		WorkloadUID: "c//Pod/ns/client", BindAddr: netip.MustParseAddr(edClientIP), EnableSOCKS5: true,
-		Store: store, Certs: issuedCerts{ca}, Metrics: NewMetrics(reg), AccessLog: quiet,
+		Store: store, Certs: issuedCerts{ca}, Metrics: telemetry.NewMetrics(reg), AccessLog: quiet,
 	}, 5*time.Second)
 	return reg
 }
@@ -260,7 +261,7 @@ func TestNoEarlyData(t *testing.T) {
 		t.Run(fmt.Sprintf("NoEarlyData=%v", off), func(t *testing.T) {
 			serveProxy(t, Config{
 				WorkloadUID: "c//Pod/ns/client", BindAddr: netip.MustParseAddr(clientIP), EnableSOCKS5: true, NoEarlyData: off,
-				Store: store, Certs: issuedCerts{ca}, Metrics: NewMetrics(prometheus.NewRegistry()), AccessLog: slog.New(slog.DiscardHandler),
+				Store: store, Certs: issuedCerts{ca}, Metrics: telemetry.NewMetrics(prometheus.NewRegistry()), AccessLog: slog.New(slog.DiscardHandler),
 			}, 5*time.Second)
 			c, err := net.Dial("tcp", net.JoinHostPort(clientIP, strconv.Itoa(SOCKS5Port)))
 			if err != nil {

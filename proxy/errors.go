@@ -1,6 +1,10 @@
 package proxy
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/gozt/gozt/proxy/telemetry"
+)
 
 // flaggedError is an upstream failure with the response flag ztunnel
 // records for it (SPEC §7.1).
@@ -20,7 +24,7 @@ func failureFlag(err error) string {
 	if fe, ok := errors.AsType[*flaggedError](err); ok {
 		return fe.flag
 	}
-	return flagConnect
+	return telemetry.FlagConnect
 }
 
 // Connection failures, by where they happen. Inbound HBONE failures carry

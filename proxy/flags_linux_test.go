@@ -12,6 +12,7 @@ import (
 	"github.com/gozt/gozt/certs/localca"
 	"github.com/gozt/gozt/hbone"
 	"github.com/gozt/gozt/internal/nstest"
+	"github.com/gozt/gozt/proxy/telemetry"
 	"github.com/gozt/gozt/state"
 )
 
@@ -34,7 +35,7 @@ func TestHBONEConnectTimeoutFlag(t *testing.T) {
 	}
 	p, err := New(Config{
 		WorkloadUID: "w", Store: state.NewStore(state.Config{}), Certs: issuedCerts{ca},
-		Metrics: NewMetrics(prometheus.NewRegistry()),
+		Metrics: telemetry.NewMetrics(prometheus.NewRegistry()),
 		InNetns: nstest.InNetnsPath("/run/netns/" + ns),
 	})
 	if err != nil {
@@ -50,7 +51,7 @@ func TestHBONEConnectTimeoutFlag(t *testing.T) {
 	if err == nil {
 		t.Fatal("dial to a black hole succeeded")
 	}
-	if got := failureFlag(err); got != flagNetworkPolicy || !strings.Contains(err.Error(), "NetworkPolicy is blocking HBONE port 15008") {
+	if got := failureFlag(err); got != telemetry.FlagNetworkPolicy || !strings.Contains(err.Error(), "NetworkPolicy is blocking HBONE port 15008") {
 		t.Errorf("flag %q, error %q; want NETWORK_POLICY and ztunnel's hint", got, err)
 	}
 }

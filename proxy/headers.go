@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gozt/gozt/proxy/telemetry"
 	"github.com/gozt/gozt/state"
 )
 
@@ -218,4 +219,32 @@ func parseBaggage(vs []string) derivedWorkload {
 		}
 	}
 	return d
+}
+
+// setDerivedSource sets l's source labels from the request's baggage, with
+// principal the peer certificate's (ztunnel's with_derived_source), for a
+// source that cannot be looked up (Labels.SetSource is used when it can).
+// As in ztunnel, source_app is the baggage's workload name, not its service.
+func setDerivedSource(l *telemetry.Labels, d derivedWorkload, principal string) {
+	l.SrcWorkload = d.workloadName
+	l.SrcCanonicalService, l.SrcCanonicalRevision = d.service, d.revision
+	l.SrcNamespace = d.namespace
+	l.SrcApp, l.SrcVersion = d.workloadName, d.revision
+	l.SrcCluster = d.cluster
+	l.SrcPrincipal = principal
+	l.SrcRegion, l.SrcZone = d.region, d.zone
+}
+
+// setDerivedDestination sets every destination workload label of l from the
+// destination's response baggage, with principal the peer certificate's
+// (ztunnel's with_derived_destination, used for double HBONE, whose
+// destination workload is behind a gateway).
+func setDerivedDestination(l *telemetry.Labels, d derivedWorkload, principal string) {
+	l.DstWorkload = d.workloadName
+	l.DstCanonicalService, l.DstCanonicalRevision = d.service, d.revision
+	l.DstNamespace = d.namespace
+	l.DstApp, l.DstVersion = d.workloadName, d.revision
+	l.DstCluster = d.cluster
+	l.DstPrincipal = principal
+	l.DstRegion, l.DstZone = d.region, d.zone
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/gozt/gozt/proxy/connmgr"
 	"github.com/gozt/gozt/proxy/relay"
 	"github.com/gozt/gozt/proxy/sockopt"
+	"github.com/gozt/gozt/proxy/telemetry"
 	"github.com/gozt/gozt/state"
 )
 
@@ -35,7 +36,7 @@ func (p *Proxy) handleInbound(c net.Conn) (net.Conn, func(relay.Result, error)) 
 	}
 	cs := tc.ConnectionState()
 	id, _ := certs.PeerIdentity(&cs) // zero when absent: no identity
-	p.peers.Store(tc, &peer{id: id, principal: principal(id)})
+	p.peers.Store(tc, &peer{id: id, principal: telemetry.Principal(id)})
 	defer p.peers.Delete(tc)
 	if !p.trackInbound(tc, &cs) {
 		return nil, nil
@@ -83,7 +84,7 @@ type inboundRequest struct {
 func (p *Proxy) serveConnect(s *hbone.ServerStream) {
 	if p.cfg.Admission.MemoryPressure() {
 		// A new stream on a connection already open: refused like a new
-		// TCP connection (admission.go). Counted first, so that whoever
+		// TCP connection (admit). Counted first, so that whoever
 		// sees the 503 finds it counted.
 		p.shedForMemory("inbound")
 		_ = s.Respond(http.StatusServiceUnavailable, nil)
@@ -95,15 +96,15 @@ func (p *Proxy) serveConnect(s *hbone.ServerStream) {
 		s.Close()
 		return
 	}
-	p.live.bind(rec, s) // the live view counts the stream's bytes, when the list is kept
+	p.live.Bind(rec, s) // the live view counts the stream's bytes, when the list is kept
 	s.DropHeader()      // read by acceptConnect; a long tunnel need not keep it
-	p.handOff(s, "inbound", up, func(res relay.Result, err error) { rec.close(res.AToB, res.BToA, done(err)) })
+	p.handOff(s, "inbound", up, func(res relay.Result, err error) { rec.Close(res.AToB, res.BToA, done(err)) })
 }
 
 // acceptContained is acceptConnect with a panic contained and counted
 // like a listener handler's: it returns no upstream, so the stream alone is
 // closed (TESTPLAN F26).
-func (p *Proxy) acceptContained(s *hbone.ServerStream) (up net.Conn, rec *connRecord, done func(error) error) {
+func (p *Proxy) acceptContained(s *hbone.ServerStream) (up net.Conn, rec *telemetry.Record, done func(error) error) {
 	defer p.containPanic(s.Conn(), "inbound")
 	if testHookHandler != nil {
 		testHookHandler("inbound", s.Conn())
@@ -113,28 +114,28 @@ func (p *Proxy) acceptContained(s *hbone.ServerStream) (up net.Conn, rec *connRe
 
 // acceptConnect checks, authorizes and answers one CONNECT and dials its
 // upstream; a nil conn means it was refused (and answered).
-func (p *Proxy) acceptConnect(s *hbone.ServerStream) (net.Conn, *connRecord, func(error) error) {
+func (p *Proxy) acceptConnect(s *hbone.ServerStream) (net.Conn, *telemetry.Record, func(error) error) {
 	start := time.Now()
 	req, ierr := p.checkConnect(s)
 	if req.decision.Reason != 0 {
 		p.logAuthz(req.decision, req.authz)
 	}
 	snap := req.snap
-	labels := trafficLabels{reporter: "destination", responseFlags: flagNone, securityPolicy: securityMutualTLS}
+	labels := telemetry.Labels{Reporter: "destination", ResponseFlags: telemetry.FlagNone, SecurityPolicy: telemetry.SecurityMutualTLS}
 	if req.local != nil {
-		labels.setDestination(req.local)
+		labels.SetDestination(req.local)
 	}
 	// The request's baggage describes the source when it cannot be looked
 	// up (behind a gateway, or unknown here).
-	labels.srcPrincipal = req.srcPrincipal
+	labels.SrcPrincipal = req.srcPrincipal
 	var src *state.Workload
 	if !req.viaGateway {
 		src = snap.WorkloadByIP(p.cfg.Network, req.src.Addr())
 	}
 	if src != nil {
-		labels.setSource(src)
+		labels.SetSource(src)
 	} else if !p.cfg.NoResponseBaggage {
-		labels.setDerivedSource(parseBaggage(req.header.Values(headerBaggage)), req.srcPrincipal)
+		setDerivedSource(&labels, parseBaggage(req.header.Values(headerBaggage)), req.srcPrincipal)
 	}
 	if req.service == nil && req.local != nil {
 		var first string
@@ -143,7 +144,7 @@ func (p *Proxy) acceptConnect(s *hbone.ServerStream) (net.Conn, *connRecord, fun
 		}
 		req.service = guessService(snap, req.local, forwardedHost(first), req.upstream.Port())
 	}
-	labels.setService(req.service)
+	labels.SetService(req.service)
 	var up net.Conn
 	if ierr == nil {
 		up, ierr = p.dialUpstream(req)
@@ -152,19 +153,19 @@ func (p *Proxy) acceptConnect(s *hbone.ServerStream) (net.Conn, *connRecord, fun
 	if req.forwarded.IsValid() {
 		// Only gozt logs it (SPEC §2.5): src.addr stays the peer.
 		accessLog = accessLog.With("src.forwarded", req.forwarded.String())
-		p.cfg.Metrics.forwarded.WithLabelValues(req.srcPrincipal).Inc()
+		p.cfg.Metrics.ForwardedSource(req.srcPrincipal).Inc()
 	}
-	rec := p.cfg.Metrics.openConn(accessLog, labels, true, req.src, req.l3dst, s.Authority())
-	rec.start = start
+	rec := p.cfg.Metrics.Open(accessLog, labels, true, req.src, req.l3dst, s.Authority())
+	rec.SetStart(start)
 	if ierr != nil {
 		// Opened with "-", closed with the failure's flag, as ztunnel
 		// records it (the flag is known only at the end).
 		_ = s.Respond(ierr.status, nil)
-		rec.fail(ierr.flag, ierr)
+		rec.Fail(ierr.flag, ierr)
 		return nil, nil, nil
 	}
 	if p.cfg.ListConnections {
-		p.live.add(rec, connAddrs{src: req.src, authority: s.Authority(), actualDst: req.upstream, protocol: "HBONE"})
+		p.live.Add(rec, telemetry.ConnAddrs{Src: req.src, Authority: s.Authority(), ActualDst: req.upstream, Protocol: "HBONE"})
 	}
 	h := http.Header{}
 	if b := baggage(req.local); b != "" && !p.cfg.NoResponseBaggage {
@@ -172,14 +173,14 @@ func (p *Proxy) acceptConnect(s *hbone.ServerStream) (net.Conn, *connRecord, fun
 	}
 	if err := s.Respond(http.StatusOK, h); err != nil {
 		up.Close()
-		rec.close(0, 0, err)
+		rec.Close(0, 0, err)
 		return nil, nil, nil
 	}
 	if req.proxyDst.IsValid() {
 		// Before any byte of the stream: nothing reads s until handOff.
 		if err := writeProxyHeader(up, req); err != nil {
 			up.Close()
-			rec.close(0, 0, err)
+			rec.Close(0, 0, err)
 			return nil, nil, nil
 		}
 	}

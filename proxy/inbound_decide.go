@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/gozt/gozt/certs/identity"
+	"github.com/gozt/gozt/proxy/telemetry"
 	"github.com/gozt/gozt/rbac"
 	"github.com/gozt/gozt/state"
 )
@@ -26,10 +27,10 @@ func (e *inboundError) Error() string { return fmt.Sprintf("%d: %v", e.status, e
 func (e *inboundError) Unwrap() error { return e.err }
 
 func badRequest(err error) *inboundError {
-	return &inboundError{http.StatusBadRequest, flagConnect, err}
+	return &inboundError{http.StatusBadRequest, telemetry.FlagConnect, err}
 }
 func unavailable(err error) *inboundError {
-	return &inboundError{http.StatusServiceUnavailable, flagConnect, err}
+	return &inboundError{http.StatusServiceUnavailable, telemetry.FlagConnect, err}
 }
 
 // illegalPorts are the ports no connection may target: the proxy's own
@@ -120,7 +121,7 @@ func decideConnect(q *connectQuery) (d connectDecision, _ *inboundError) {
 	d.authz = rbac.Conn{Src: q.src, Dst: d.upstream, Identity: q.srcID} // step 6
 	d.decision = evaluate(q.snap, q.local, d.authz)
 	if err := decisionErr(d.decision); err != nil {
-		return d, &inboundError{http.StatusUnauthorized, flagDeny, err}
+		return d, &inboundError{http.StatusUnauthorized, telemetry.FlagDeny, err}
 	}
 	return d, nil
 }

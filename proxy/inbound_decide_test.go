@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gozt/gozt/certs/identity"
+	"github.com/gozt/gozt/proxy/telemetry"
 	"github.com/gozt/gozt/rbac"
 	"github.com/gozt/gozt/state"
 )
@@ -282,24 +283,24 @@ func TestDecideConnectRequest(t *testing.T) {
 		{name: "ip authority", local: "server", authority: "10.0.0.2:8080", want: "10.0.0.2:8080"},
 		{name: "mapped ip authority", local: "server", authority: "[::ffff:10.0.0.2]:8080", want: "10.0.0.2:8080"},
 		{name: "hostname authority", local: "server", authority: svcHost + ":80", want: "10.0.0.2:8080", wantSvc: "ns/" + svcHost},
-		{name: "GET", local: "server", method: http.MethodGet, authority: "10.0.0.2:8080", status: 400, flag: flagConnect, err: errNotConnect},
-		{name: "lower-case connect", local: "server", method: "connect", authority: "10.0.0.2:8080", status: 400, flag: flagConnect, err: errNotConnect},
-		{name: "method before local workload", local: "-", method: http.MethodPost, authority: "10.0.0.2:8080", status: 400, flag: flagConnect, err: errNotConnect},
-		{name: "empty authority", local: "server", status: 400, flag: flagConnect, err: errBadAuthority},
-		{name: "ip without port", local: "server", authority: "10.0.0.2", status: 400, flag: flagConnect, err: errBadAuthority},
-		{name: "hostname without port", local: "server", authority: svcHost, status: 400, flag: flagConnect, err: errBadAuthority},
-		{name: "port 0", local: "server", authority: "10.0.0.2:0", status: 400, flag: flagConnect, err: errBadAuthority},
-		{name: "ipv6 zone", local: "server", authority: "[fe80::1%eth0]:80", status: 400, flag: flagConnect, err: errBadAuthority},
-		{name: "bad hostname", local: "server", authority: "bad host:80", status: 400, flag: flagConnect, err: errBadAuthority},
-		{name: "authority before local workload", local: "-", authority: "10.0.0.2", status: 400, flag: flagConnect, err: errBadAuthority},
+		{name: "GET", local: "server", method: http.MethodGet, authority: "10.0.0.2:8080", status: 400, flag: telemetry.FlagConnect, err: errNotConnect},
+		{name: "lower-case connect", local: "server", method: "connect", authority: "10.0.0.2:8080", status: 400, flag: telemetry.FlagConnect, err: errNotConnect},
+		{name: "method before local workload", local: "-", method: http.MethodPost, authority: "10.0.0.2:8080", status: 400, flag: telemetry.FlagConnect, err: errNotConnect},
+		{name: "empty authority", local: "server", status: 400, flag: telemetry.FlagConnect, err: errBadAuthority},
+		{name: "ip without port", local: "server", authority: "10.0.0.2", status: 400, flag: telemetry.FlagConnect, err: errBadAuthority},
+		{name: "hostname without port", local: "server", authority: svcHost, status: 400, flag: telemetry.FlagConnect, err: errBadAuthority},
+		{name: "port 0", local: "server", authority: "10.0.0.2:0", status: 400, flag: telemetry.FlagConnect, err: errBadAuthority},
+		{name: "ipv6 zone", local: "server", authority: "[fe80::1%eth0]:80", status: 400, flag: telemetry.FlagConnect, err: errBadAuthority},
+		{name: "bad hostname", local: "server", authority: "bad host:80", status: 400, flag: telemetry.FlagConnect, err: errBadAuthority},
+		{name: "authority before local workload", local: "-", authority: "10.0.0.2", status: 400, flag: telemetry.FlagConnect, err: errBadAuthority},
 	})
 }
 
 // TestDecideConnectLocalWorkload: SPEC §2.4 step 3, no local workload is 503.
 func TestDecideConnectLocalWorkload(t *testing.T) {
 	runConnectCases(t, []connectCase{
-		{name: "ip authority", local: "-", authority: "10.0.0.2:8080", l3dst: "10.0.0.2:15008", status: 503, flag: flagConnect, err: errNoLocalWorkload},
-		{name: "hostname authority", local: "-", authority: svcHost + ":80", l3dst: "10.0.0.2:15008", status: 503, flag: flagConnect, err: errNoLocalWorkload},
+		{name: "ip authority", local: "-", authority: "10.0.0.2:8080", l3dst: "10.0.0.2:15008", status: 503, flag: telemetry.FlagConnect, err: errNoLocalWorkload},
+		{name: "hostname authority", local: "-", authority: svcHost + ":80", l3dst: "10.0.0.2:15008", status: 503, flag: telemetry.FlagConnect, err: errNoLocalWorkload},
 	})
 }
 
@@ -309,24 +310,24 @@ func TestDecideConnectLocalWorkload(t *testing.T) {
 // else 400; hostname authorities are not checked.
 func TestDecideConnectDestination(t *testing.T) {
 	runConnectCases(t, []connectCase{
-		{name: "other workload", local: "server", authority: "10.0.0.3:80", status: 400, flag: flagConnect, err: errIPMismatch},
-		{name: "unknown ip", local: "server", authority: "192.0.2.1:80", status: 400, flag: flagConnect, err: errIPMismatch},
-		{name: "service vip without waypoint", local: "server", authority: "10.96.0.6:80", status: 400, flag: flagConnect, err: errIPMismatch},
-		{name: "own service vip", local: "server", authority: "10.96.0.1:80", status: 400, flag: flagConnect, err: errIPMismatch},
+		{name: "other workload", local: "server", authority: "10.0.0.3:80", status: 400, flag: telemetry.FlagConnect, err: errIPMismatch},
+		{name: "unknown ip", local: "server", authority: "192.0.2.1:80", status: 400, flag: telemetry.FlagConnect, err: errIPMismatch},
+		{name: "service vip without waypoint", local: "server", authority: "10.96.0.6:80", status: 400, flag: telemetry.FlagConnect, err: errIPMismatch},
+		{name: "own service vip", local: "server", authority: "10.96.0.1:80", status: 400, flag: telemetry.FlagConnect, err: errIPMismatch},
 		{name: "hostname is not checked", local: "other", authority: svcHost + ":80", want: "10.0.0.3:9080", wantSvc: "ns/" + svcHost},
 		{name: "application tunnel", local: "tunnel", authority: "192.0.2.1:80", want: "10.0.0.20:15088"},
 		{name: "workload waypoint by ip", local: "waypoint", authority: "10.0.0.4:80", want: "10.0.0.10:80"},
 		{name: "workload waypoint by hostname", local: "waypoint", authority: "10.0.0.6:80", want: "10.0.0.10:80"},
 		{name: "service waypoint by hostname", local: "waypoint", authority: "10.96.0.4:80", want: "10.0.0.10:80"},
 		{name: "service waypoint by ip", local: "waypoint", authority: "10.96.0.5:80", want: "10.0.0.10:80"},
-		{name: "waypoint of another workload", local: "server", authority: "10.0.0.4:80", status: 400, flag: flagConnect, err: errIPMismatch},
-		{name: "waypoint by hostname, not an endpoint", local: "server", authority: "10.96.0.4:80", status: 400, flag: flagConnect, err: errIPMismatch},
+		{name: "waypoint of another workload", local: "server", authority: "10.0.0.4:80", status: 400, flag: telemetry.FlagConnect, err: errIPMismatch},
+		{name: "waypoint by hostname, not an endpoint", local: "server", authority: "10.96.0.4:80", status: 400, flag: telemetry.FlagConnect, err: errIPMismatch},
 		// The waypoint address is resolved to its workload or service, as
 		// ztunnel does (issue 12, item 2; these were refused with 400): a
 		// waypoint named by its service VIP, one reached on its other IP.
 		{name: "workload waypoint by vip", local: "waypoint", authority: "10.0.0.5:80", want: "10.0.0.10:80"},
 		{name: "waypoint reached on its other ip", local: "waypoint", authority: "10.0.0.4:80", l3dst: "[fd00::10]:15008", want: "[fd00::10]:80"},
-		{name: "waypoint vip, not an endpoint", local: "server", authority: "10.0.0.5:80", status: 400, flag: flagConnect, err: errIPMismatch},
+		{name: "waypoint vip, not an endpoint", local: "server", authority: "10.0.0.5:80", status: 400, flag: telemetry.FlagConnect, err: errIPMismatch},
 	})
 }
 
@@ -339,21 +340,21 @@ func TestDecideConnectTarget(t *testing.T) {
 		{name: "ip port kept", local: "server", authority: "10.0.0.2:1234", want: "10.0.0.2:1234"},
 		{name: "endpoint port mapping", local: "server", authority: svcHost + ":80", want: "10.0.0.2:8080", wantSvc: "ns/" + svcHost},
 		{name: "service target port", local: "server", authority: svcHost + ":81", want: "10.0.0.2:8181", wantSvc: "ns/" + svcHost},
-		{name: "named target port", local: "server", authority: svcHost + ":82", wantSvc: "ns/" + svcHost, status: 503, flag: flagConnect, err: errNoTargetPort},
-		{name: "undeclared service port", local: "server", authority: svcHost + ":84", wantSvc: "ns/" + svcHost, status: 503, flag: flagConnect, err: errNoTargetPort},
-		{name: "unknown hostname", local: "server", authority: "nope.example.com:80", status: 503, flag: flagConnect, err: errNoService},
+		{name: "named target port", local: "server", authority: svcHost + ":82", wantSvc: "ns/" + svcHost, status: 503, flag: telemetry.FlagConnect, err: errNoTargetPort},
+		{name: "undeclared service port", local: "server", authority: svcHost + ":84", wantSvc: "ns/" + svcHost, status: 503, flag: telemetry.FlagConnect, err: errNoTargetPort},
+		{name: "unknown hostname", local: "server", authority: "nope.example.com:80", status: 503, flag: telemetry.FlagConnect, err: errNoService},
 		{name: "local namespace preferred", local: "server", authority: "dup.example.com:80", want: "10.0.0.2:2222", wantSvc: "ns/dup.example.com"},
 		{name: "first namespace otherwise", local: "server", authority: "far.example.com:80", want: "10.0.0.2:3333", wantSvc: "b/far.example.com"},
-		{name: "namespace-visible elsewhere", local: "server", authority: "hidden.example.com:80", status: 503, flag: flagConnect, err: errNoService},
+		{name: "namespace-visible elsewhere", local: "server", authority: "hidden.example.com:80", status: 503, flag: telemetry.FlagConnect, err: errNoService},
 		{name: "public over namespace-visible", local: "server", authority: "hidden2.example.com:80", want: "10.0.0.2:6666", wantSvc: "y/hidden2.example.com"},
-		{name: "ip to 15008", local: "server", authority: "10.0.0.2:15008", status: 503, flag: flagConnect, err: errSelfCall},
-		{name: "ip to 15001", local: "server", authority: "10.0.0.2:15001", status: 503, flag: flagConnect, err: errSelfCall},
-		{name: "ip to 15006", local: "server", authority: "10.0.0.2:15006", status: 503, flag: flagConnect, err: errSelfCall},
+		{name: "ip to 15008", local: "server", authority: "10.0.0.2:15008", status: 503, flag: telemetry.FlagConnect, err: errSelfCall},
+		{name: "ip to 15001", local: "server", authority: "10.0.0.2:15001", status: 503, flag: telemetry.FlagConnect, err: errSelfCall},
+		{name: "ip to 15006", local: "server", authority: "10.0.0.2:15006", status: 503, flag: telemetry.FlagConnect, err: errSelfCall},
 		{name: "15080 without socks5", local: "server", authority: "10.0.0.2:15080", want: "10.0.0.2:15080"},
-		{name: "15080 with socks5", local: "server", authority: "10.0.0.2:15080", socks5: true, status: 503, flag: flagConnect, err: errSelfCall},
-		{name: "hostname to an illegal port", local: "server", authority: svcHost + ":83", wantSvc: "ns/" + svcHost, status: 503, flag: flagConnect, err: errSelfCall},
+		{name: "15080 with socks5", local: "server", authority: "10.0.0.2:15080", socks5: true, status: 503, flag: telemetry.FlagConnect, err: errSelfCall},
+		{name: "hostname to an illegal port", local: "server", authority: svcHost + ":83", wantSvc: "ns/" + svcHost, status: 503, flag: telemetry.FlagConnect, err: errSelfCall},
 		{name: "tunnel port", local: "tunnel", authority: "10.0.0.20:8080", want: "10.0.0.20:15088"},
-		{name: "illegal port before tunnel", local: "tunnel", authority: "10.0.0.20:15006", status: 503, flag: flagConnect, err: errSelfCall},
+		{name: "illegal port before tunnel", local: "tunnel", authority: "10.0.0.20:15006", status: 503, flag: telemetry.FlagConnect, err: errSelfCall},
 	})
 }
 
@@ -375,8 +376,8 @@ func TestDecideConnectProxyTunnel(t *testing.T) {
 		{name: "hostname, local ipv4 vip", local: "proxy-tunnel", authority: "tun-mixed" + h + ":80", want: "10.0.0.21:15088", wantSvc: "ns/tun-mixed" + h, wantPP: "10.96.0.31:80"},
 		{name: "hostname, local ipv6 vip", local: "proxy-tunnel", authority: "tun-v6" + h + ":80", want: "10.0.0.21:15088", wantSvc: "ns/tun-v6" + h, wantPP: "[fd00::32]:80"},
 		{name: "hostname, remote vips only", local: "proxy-tunnel", authority: "tun-remote" + h + ":80", want: "10.0.0.21:15088", wantSvc: "ns/tun-remote" + h, wantPP: "[fd00::33]:80"},
-		{name: "hostname, no vip", local: "proxy-tunnel", authority: "tun-headless" + h + ":80", wantSvc: "ns/tun-headless" + h, status: 503, flag: flagConnect, err: errNoServiceVIP},
-		{name: "illegal port before tunnel", local: "proxy-tunnel", authority: "10.0.0.21:15008", status: 503, flag: flagConnect, err: errSelfCall},
+		{name: "hostname, no vip", local: "proxy-tunnel", authority: "tun-headless" + h + ":80", wantSvc: "ns/tun-headless" + h, status: 503, flag: telemetry.FlagConnect, err: errNoServiceVIP},
+		{name: "illegal port before tunnel", local: "proxy-tunnel", authority: "10.0.0.21:15008", status: 503, flag: telemetry.FlagConnect, err: errSelfCall},
 		{name: "none: port only", local: "tunnel", authority: "10.0.0.20:8080", want: "10.0.0.20:15088"},
 	})
 }
@@ -387,11 +388,11 @@ func TestDecideConnectProxyTunnel(t *testing.T) {
 func TestDecideConnectAuthorization(t *testing.T) {
 	runConnectCases(t, []connectCase{
 		{name: "allowed", local: "server", authority: "10.0.0.2:8080", want: "10.0.0.2:8080"},
-		{name: "denied port", local: "server", authority: "10.0.0.2:9999", want: "10.0.0.2:9999", status: 401, flag: flagDeny, err: errDenied},
-		{name: "denied resolved port", local: "server", authority: svcHost + ":85", want: "10.0.0.2:9999", wantSvc: "ns/" + svcHost, status: 401, flag: flagDeny, err: errDenied},
-		{name: "denied identity", local: "server", authority: "10.0.0.2:8080", srcNS: "evil", want: "10.0.0.2:8080", status: 401, flag: flagDeny, err: errDenied},
-		{name: "denied peer address", local: "server", authority: "10.0.0.2:8080", src: "10.66.0.1:40000", want: "10.0.0.2:8080", status: 401, flag: flagDeny, err: errDenied},
-		{name: "denied tunnel port", local: "denied-tunnel", authority: "10.0.0.23:8080", want: "10.0.0.23:15088", status: 401, flag: flagDeny, err: errDenied},
+		{name: "denied port", local: "server", authority: "10.0.0.2:9999", want: "10.0.0.2:9999", status: 401, flag: telemetry.FlagDeny, err: errDenied},
+		{name: "denied resolved port", local: "server", authority: svcHost + ":85", want: "10.0.0.2:9999", wantSvc: "ns/" + svcHost, status: 401, flag: telemetry.FlagDeny, err: errDenied},
+		{name: "denied identity", local: "server", authority: "10.0.0.2:8080", srcNS: "evil", want: "10.0.0.2:8080", status: 401, flag: telemetry.FlagDeny, err: errDenied},
+		{name: "denied peer address", local: "server", authority: "10.0.0.2:8080", src: "10.66.0.1:40000", want: "10.0.0.2:8080", status: 401, flag: telemetry.FlagDeny, err: errDenied},
+		{name: "denied tunnel port", local: "denied-tunnel", authority: "10.0.0.23:8080", want: "10.0.0.23:15088", status: 401, flag: telemetry.FlagDeny, err: errDenied},
 	})
 }
 
@@ -440,8 +441,8 @@ func TestDecideConnectForwarded(t *testing.T) {
 
 		// RBAC: the forwarded client is not the source it judges.
 		{name: "forwarded from a denied range", local: "behind-ip", authority: "10.0.0.4:8080", src: wp, srcSA: "waypoint", forwarded: "10.66.0.1", want: "10.0.0.4:8080", wantFwd: "10.66.0.1"},
-		{name: "denied port, still forwarded", local: "behind-ip", authority: "10.0.0.4:9999", src: wp, srcSA: "waypoint", forwarded: "192.0.2.9", want: "10.0.0.4:9999", wantFwd: "192.0.2.9", status: 401, flag: flagDeny, err: errDenied},
-		{name: "ordinary client in the denied range", local: "behind-ip", authority: "10.0.0.4:8080", src: "10.66.0.1:40000", forwarded: "192.0.2.9", want: "10.0.0.4:8080", status: 401, flag: flagDeny, err: errDenied},
+		{name: "denied port, still forwarded", local: "behind-ip", authority: "10.0.0.4:9999", src: wp, srcSA: "waypoint", forwarded: "192.0.2.9", want: "10.0.0.4:9999", wantFwd: "192.0.2.9", status: 401, flag: telemetry.FlagDeny, err: errDenied},
+		{name: "ordinary client in the denied range", local: "behind-ip", authority: "10.0.0.4:8080", src: "10.66.0.1:40000", forwarded: "192.0.2.9", want: "10.0.0.4:8080", status: 401, flag: telemetry.FlagDeny, err: errDenied},
 	})
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/gozt/gozt/certs/localca"
 	"github.com/gozt/gozt/hbone"
 	"github.com/gozt/gozt/proxy/netns"
+	"github.com/gozt/gozt/proxy/telemetry"
 	"github.com/gozt/gozt/state"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -38,7 +39,7 @@ func startInboundInNetns(t *testing.T, ctx context.Context, ip string, inNetns n
 	}
 	p := serveProxy(t, Config{
 		WorkloadUID: "c//Pod/ns/server", BindAddr: netip.MustParseAddr(ip), InboundOnly: true, InNetns: inNetns,
-		Store: store, Certs: issuedCerts{ca}, Metrics: NewMetrics(prometheus.NewRegistry()),
+		Store: store, Certs: issuedCerts{ca}, Metrics: telemetry.NewMetrics(prometheus.NewRegistry()),
 	}, 100*time.Millisecond)
 	cert, err := ca.Issue(context.Background(), identity.Identity{TrustDomain: "cluster.local", Namespace: "ns", ServiceAccount: "client"})
 	if err != nil {

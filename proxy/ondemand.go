@@ -6,6 +6,7 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/gozt/gozt/proxy/telemetry"
 	"github.com/gozt/gozt/state"
 )
 
@@ -38,12 +39,6 @@ const (
 	defaultDemandOutstanding = 64
 )
 
-// Reasons an on-demand fetch was refused (gozt_xds_on_demand_refused_total).
-const (
-	demandRefusedRate        = "rate"
-	demandRefusedOutstanding = "outstanding"
-)
-
 // demandGate enforces a proxy's DemandLimits.
 type demandGate struct {
 	tokens *rate.Limiter
@@ -69,11 +64,11 @@ func (g *demandGate) enter() (refused string) {
 	select {
 	case g.slots <- struct{}{}:
 	default:
-		return demandRefusedOutstanding
+		return telemetry.DemandRefusedOutstanding
 	}
 	if !g.tokens.Allow() {
 		<-g.slots
-		return demandRefusedRate
+		return telemetry.DemandRefusedRate
 	}
 	return ""
 }
@@ -84,7 +79,7 @@ func (g *demandGate) release() { <-g.slots }
 // store's newest snapshot.
 func (p *Proxy) demand(key string) *state.Snapshot {
 	if reason := p.demands.enter(); reason != "" {
-		p.cfg.Metrics.demandRefused(reason)
+		p.cfg.Metrics.DemandRefusals(reason).Inc()
 		p.log.Debug("on-demand xDS lookup refused", "name", key, "over", reason)
 		return p.cfg.Store.Snapshot()
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/gozt/gozt/proxy/telemetry"
 	"github.com/gozt/gozt/state"
 )
 
@@ -61,7 +62,7 @@ func demandProxy(t *testing.T, store *state.Store, network string, d *fakeDemand
 	t.Cleanup(cancel)
 	p := &Proxy{
 		cfg: Config{Store: store, Network: network, WorkloadUID: "c//Pod/ns/server",
-			Metrics: NewMetrics(prometheus.NewRegistry())},
+			Metrics: telemetry.NewMetrics(prometheus.NewRegistry())},
 		log:      slog.New(slog.DiscardHandler),
 		lifetime: ctx,
 		demands:  newDemandGate(DemandLimits{}),
@@ -544,7 +545,7 @@ func TestDemandFloodBounded(t *testing.T) {
 	if asked < burst {
 		t.Errorf("the demander was asked %d times, want at least the burst, %d", asked, burst)
 	}
-	refused := testutil.ToFloat64(p.cfg.Metrics.demandRefusals.WithLabelValues(demandRefusedRate))
+	refused := testutil.ToFloat64(p.cfg.Metrics.DemandRefusals(telemetry.DemandRefusedRate))
 	if int64(refused)+asked != flood {
 		t.Errorf("refused %v + asked %d, want %d", refused, asked, flood)
 	}
@@ -593,7 +594,7 @@ func TestDemandOutstandingBounded(t *testing.T) {
 		wg.Wait()
 		t.Fatalf("a fetch past %d outstanding waited for istiod", outstanding)
 	}
-	refused := p.cfg.Metrics.demandRefusals.WithLabelValues(demandRefusedOutstanding)
+	refused := p.cfg.Metrics.DemandRefusals(telemetry.DemandRefusedOutstanding)
 	if got := testutil.ToFloat64(refused); got != 1 || d.asked.Load() != outstanding {
 		t.Errorf("with %d fetches waiting, one more: refused %v, demander asked %d; want 1 and %d", outstanding, got, d.asked.Load(), outstanding)
 	}

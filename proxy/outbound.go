@@ -15,6 +15,7 @@ import (
 	"github.com/gozt/gozt/hbone"
 	"github.com/gozt/gozt/proxy/relay"
 	"github.com/gozt/gozt/proxy/sockopt"
+	"github.com/gozt/gozt/proxy/telemetry"
 	"github.com/gozt/gozt/state"
 )
 
@@ -64,14 +65,14 @@ func (p *Proxy) proxyOutbound(down net.Conn, dst netip.AddrPort) (net.Conn, func
 	var early int64
 	if cs, ok := up.(*hbone.ClientStream); ok {
 		early = cs.EarlyBytes()
-		p.live.preCount(rec, early)
+		p.live.PreCount(rec, early)
 	}
-	return up, func(res relay.Result, err error) { rec.close(early+res.AToB, res.BToA, err) }
+	return up, func(res relay.Result, err error) { rec.Close(early+res.AToB, res.BToA, err) }
 }
 
 // openOutbound routes the connection and opens its upstream leg; nil means
 // it failed and was logged.
-func (p *Proxy) openOutbound(down net.Conn, dst netip.AddrPort) (net.Conn, *connRecord) {
+func (p *Proxy) openOutbound(down net.Conn, dst netip.AddrPort) (net.Conn, *telemetry.Record) {
 	downAddr := addrPortOf(down.RemoteAddr())
 	if dst.Addr().IsLoopback() && p.illegal.contains(dst.Port()) {
 		p.connFailed(downAddr, dst, "outbound", errSelfCall)
@@ -92,13 +93,13 @@ func (p *Proxy) openOutbound(down net.Conn, dst netip.AddrPort) (net.Conn, *conn
 		p.connFailed(downAddr, dst, "outbound", err)
 		return nil, nil
 	}
-	labels := trafficLabels{reporter: "source", responseFlags: flagNone, securityPolicy: securityUnknown}
-	labels.setSource(src)
-	labels.setDestination(rt.workload)
-	labels.setService(rt.service)
+	labels := telemetry.Labels{Reporter: "source", ResponseFlags: telemetry.FlagNone, SecurityPolicy: telemetry.SecurityUnknown}
+	labels.SetSource(src)
+	labels.SetDestination(rt.workload)
+	labels.SetService(rt.service)
 	if rt.kind == routeHBONE {
-		labels.srcPrincipal = src.Identity().String()
-		labels.securityPolicy = securityMutualTLS
+		labels.SrcPrincipal = src.Identity().String()
+		labels.SecurityPolicy = telemetry.SecurityMutualTLS
 	}
 	var up net.Conn
 	if rt.inner != nil {
@@ -106,32 +107,32 @@ func (p *Proxy) openOutbound(down net.Conn, dst netip.AddrPort) (net.Conn, *conn
 		// principal the inner peer certificate's (SPEC §7.1), known only
 		// once the inner handshake is done: the connection is recorded
 		// from then on, as ztunnel builds its record.
-		labels.setDestination(rt.inner.dest)
+		labels.SetDestination(rt.inner.dest)
 		var peerID string
 		var ic *innerConn
-		ic, peerID, err = p.dialDoubleHBONE(src, labels.srcPrincipal, downAddr, rt)
+		ic, peerID, err = p.dialDoubleHBONE(src, labels.SrcPrincipal, downAddr, rt)
 		if err == nil {
 			// ztunnel takes the destination's labels from the inner 200's
 			// baggage (with_derived_destination): the workload as its own
 			// network describes it, which this network's xDS may not.
-			labels.setDerivedDestination(parseBaggage(ic.ResponseHeader().Values(headerBaggage)), peerID)
+			setDerivedDestination(&labels, parseBaggage(ic.ResponseHeader().Values(headerBaggage)), peerID)
 			ic.DropHeader() // read; a long tunnel need not keep it
 			up = ic
 		}
 	}
-	rec := p.cfg.Metrics.openConn(p.accessLog, labels, false, downAddr, rt.dial, "")
+	rec := p.cfg.Metrics.Open(p.accessLog, labels, false, downAddr, rt.dial, "")
 	if rt.kind == routeHBONE {
-		rec.hboneAddr = rt.authority
+		rec.SetHBONEAddr(rt.authority)
 	}
 	var es *earlySource
 	if rt.inner == nil {
 		if rt.kind == routeHBONE && !p.cfg.NoEarlyData {
 			es = &earlySource{Conn: down}
 		}
-		up, err = p.dialOutbound(src, labels.srcPrincipal, downAddr, rt, es)
+		up, err = p.dialOutbound(src, labels.SrcPrincipal, downAddr, rt, es)
 	}
 	if err != nil {
-		rec.fail(failureFlag(err), err) // proxyOutbound resets the client
+		rec.Fail(failureFlag(err), err) // proxyOutbound resets the client
 		return nil, nil
 	}
 	if p.cfg.ListConnections {
@@ -142,8 +143,8 @@ func (p *Proxy) openOutbound(down net.Conn, dst netip.AddrPort) (net.Conn, *conn
 		case rt.kind == routeHBONE:
 			proto = "HBONE"
 		}
-		p.live.add(rec, connAddrs{src: downAddr, originalDst: dst, actualDst: rt.dial, protocol: proto})
-		p.live.bind(rec, down)
+		p.live.Add(rec, telemetry.ConnAddrs{Src: downAddr, OriginalDst: dst, ActualDst: rt.dial, Protocol: proto})
+		p.live.Bind(rec, down)
 	}
 	return up, rec
 }
@@ -235,11 +236,11 @@ func (p *Proxy) dialHBONE(ctx context.Context, key hbone.Key) (*hbone.ClientConn
 	}
 	cert, err := p.cfg.Certs.Get(ctx, id)
 	if err != nil {
-		return nil, withFlag(flagIdentity, fmt.Errorf("certificate for %s: %w", id, err))
+		return nil, withFlag(telemetry.FlagIdentity, fmt.Errorf("certificate for %s: %w", id, err))
 	}
 	raw, err := p.dial(ctx, p.cfg.OutboundSource, key.Dst)
 	if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
-		return nil, withFlag(flagNetworkPolicy, fmt.Errorf(
+		return nil, withFlag(telemetry.FlagNetworkPolicy, fmt.Errorf(
 			"connect %s: connection timed out, maybe a NetworkPolicy is blocking HBONE port %d: %w", key.Dst, key.Dst.Port(), err))
 	}
 	if err != nil {
@@ -260,10 +261,10 @@ func (p *Proxy) dialHBONE(ctx context.Context, key hbone.Key) (*hbone.ClientConn
 	cc, err := hbone.NewClientConn(ctx, tc, ccfg)
 	if err != nil {
 		tc.Close()
-		return nil, withFlag(flagH2, fmt.Errorf("http/2 handshake with %s: %w", key.Dst, err))
+		return nil, withFlag(telemetry.FlagH2, fmt.Errorf("http/2 handshake with %s: %w", key.Dst, err))
 	}
 	if cs := tc.ConnectionState(); !p.trackOutbound(cc, cert, &cs) {
-		return nil, withFlag(flagRevoked, fmt.Errorf("tls handshake with %s: %w", key.Dst, certs.ErrCertRevoked))
+		return nil, withFlag(telemetry.FlagRevoked, fmt.Errorf("tls handshake with %s: %w", key.Dst, certs.ErrCertRevoked))
 	}
 	return cc, nil
 }

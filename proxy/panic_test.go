@@ -24,6 +24,7 @@ import (
 	"github.com/gozt/gozt/internal/syncbuf"
 	"github.com/gozt/gozt/internal/tcptest"
 	"github.com/gozt/gozt/internal/workers"
+	"github.com/gozt/gozt/proxy/telemetry"
 	"github.com/gozt/gozt/state"
 )
 
@@ -49,10 +50,10 @@ func echoOnce(t *testing.T, c net.Conn, r *bufio.Reader, line string) {
 }
 
 // panicCount reads gozt_connection_handler_panics_total{listener}.
-func panicCount(t *testing.T, m *Metrics, listener string) float64 {
+func panicCount(t *testing.T, m *telemetry.Metrics, listener string) float64 {
 	t.Helper()
 	var out dto.Metric
-	if err := m.panics.WithLabelValues(listener).Write(&out); err != nil {
+	if err := m.Panics(listener).Write(&out); err != nil {
 		t.Fatal(err)
 	}
 	return out.GetCounter().GetValue()
@@ -81,13 +82,13 @@ func TestHandlerPanicContained(t *testing.T) {
 
 	echo, local, ca, id, store := oneWorkload(t, panicEchoIP, panicWorkloadIP)
 	logs := &syncbuf.Buffer{}
-	m := NewMetrics(prometheus.NewRegistry())
+	m := telemetry.NewMetrics(prometheus.NewRegistry())
 	serveProxy(t, Config{
 		WorkloadUID: "c//Pod/ns/w", BindAddr: netip.MustParseAddr(panicWorkloadIP), EnableSOCKS5: true,
 		Store: store, Certs: issuedCerts{ca}, Metrics: m,
 		Logger: slog.New(slog.NewTextHandler(logs, nil)),
 	}, 100*time.Millisecond)
-	for name := range listenerReporter {
+	for _, name := range []string{"outbound", "plaintext", "inbound", "socks5"} {
 		if got := panicCount(t, m, name); got != 0 {
 			t.Errorf("panics{listener=%q} = %v at start, want 0", name, got)
 		}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/gozt/gozt/proxy/connmgr"
 	"github.com/gozt/gozt/proxy/relay"
+	"github.com/gozt/gozt/proxy/telemetry"
 	"github.com/gozt/gozt/rbac"
 )
 
@@ -17,12 +18,12 @@ func (p *Proxy) handlePlaintext(c net.Conn) (net.Conn, func(relay.Result, error)
 	if up == nil {
 		return nil, nil
 	}
-	return up, func(res relay.Result, err error) { rec.close(res.AToB, res.BToA, done(err)) }
+	return up, func(res relay.Result, err error) { rec.Close(res.AToB, res.BToA, done(err)) }
 }
 
 // acceptPlaintext authorizes the connection and dials its upstream; a nil
 // conn means it was refused (and logged).
-func (p *Proxy) acceptPlaintext(c net.Conn) (net.Conn, *connRecord, func(error) error) {
+func (p *Proxy) acceptPlaintext(c net.Conn) (net.Conn, *telemetry.Record, func(error) error) {
 	src := addrPortOf(c.RemoteAddr())
 	dst := originalDst(c)
 	if p.illegal.contains(dst.Port()) {
@@ -35,13 +36,13 @@ func (p *Proxy) acceptPlaintext(c net.Conn) (net.Conn, *connRecord, func(error) 
 		return nil, nil, nil
 	}
 	snap = p.fetchPeer(snap, src) // ztunnel's inbound_passthrough fetches it
-	labels := trafficLabels{reporter: "destination", responseFlags: flagNone, securityPolicy: securityUnknown}
+	labels := telemetry.Labels{Reporter: "destination", ResponseFlags: telemetry.FlagNone, SecurityPolicy: telemetry.SecurityUnknown}
 	// The destination principal is the local workload's identity, though
 	// no certificate was presented, as ztunnel's inbound passthrough names
 	// it (SPEC §7.1).
-	labels.setDestination(local)
+	labels.SetDestination(local)
 	if w := snap.WorkloadByIP(p.cfg.Network, src.Addr()); w != nil {
-		labels.setSource(w)
+		labels.SetSource(w)
 	}
 	authz := rbac.Conn{Src: src, Dst: dst}
 	decision := evaluate(snap, local, authz)
@@ -49,19 +50,19 @@ func (p *Proxy) acceptPlaintext(c net.Conn) (net.Conn, *connRecord, func(error) 
 	err := decisionErr(decision)
 	var up net.Conn
 	if err != nil {
-		labels.responseFlags = flagDeny
-		p.noteDenial(snap, local, ViaTCP, authz, err)
+		labels.ResponseFlags = telemetry.FlagDeny
+		p.noteDenial(snap, local, telemetry.ViaTCP, authz, err)
 	} else if up, err = p.dialSpoofed(src.Addr(), dst); err != nil {
-		labels.responseFlags = flagConnect
+		labels.ResponseFlags = telemetry.FlagConnect
 	}
-	rec := p.cfg.Metrics.openConn(p.accessLog, labels, true, src, dst, "")
+	rec := p.cfg.Metrics.Open(p.accessLog, labels, true, src, dst, "")
 	if err != nil {
-		rec.close(0, 0, err)
+		rec.Close(0, 0, err)
 		return nil, nil, nil
 	}
 	if p.cfg.ListConnections {
-		p.live.add(rec, connAddrs{src: src, originalDst: dst, actualDst: dst, protocol: "TCP"})
-		p.live.bind(rec, c)
+		p.live.Add(rec, telemetry.ConnAddrs{Src: src, OriginalDst: dst, ActualDst: dst, Protocol: "TCP"})
+		p.live.Bind(rec, c)
 	}
 	done := p.watchPolicy(connmgr.Info{WorkloadUID: local.UID, Conn: authz, Inbound: connmgr.InboundTCP, Checked: snap}, rec, c, up)
 	return up, rec, done

@@ -26,11 +26,13 @@ import (
 	"github.com/gozt/gozt/certs/identity"
 	"github.com/gozt/gozt/hbone"
 	"github.com/gozt/gozt/internal/workers"
+	"github.com/gozt/gozt/proxy/admission"
 	"github.com/gozt/gozt/proxy/connmgr"
 	"github.com/gozt/gozt/proxy/dns"
 	"github.com/gozt/gozt/proxy/netns"
 	"github.com/gozt/gozt/proxy/relay"
 	"github.com/gozt/gozt/proxy/sockopt"
+	"github.com/gozt/gozt/proxy/telemetry"
 	"github.com/gozt/gozt/state"
 )
 
@@ -88,7 +90,7 @@ type Config struct {
 	// Denials, if non-nil, records every connection authorization refuses,
 	// with the deciding policy and rule (the admin live view); proxies may
 	// share one.
-	Denials *Denials
+	Denials *telemetry.Denials
 	// ReusePort sets SO_REUSEPORT on the listeners, so an old and a new
 	// gozt share a pod's ports during an upgrade (INPOD_PORT_REUSE).
 	ReusePort bool
@@ -106,14 +108,15 @@ type Config struct {
 	// Certs issues the workload certificates. Required.
 	Certs CertSource
 	// Metrics records traffic metrics. Required.
-	Metrics *Metrics
+	Metrics *telemetry.Metrics
 	// ConnMgr, if non-nil, re-checks live inbound connections when policies
 	// change and closes those now denied (SPEC §4.4).
 	ConnMgr *connmgr.Manager
 	// Admission, if non-nil, refuses new connections under memory pressure
-	// and learns of file-descriptor exhaustion, for readiness (admission.go);
-	// every proxy of the process shares one. Nil admits every connection.
-	Admission *Admission
+	// and learns of file-descriptor exhaustion, for readiness (package
+	// admission); every proxy of the process shares one. Nil admits every
+	// connection.
+	Admission *admission.Controller
 	// EnableSOCKS5 opens the SOCKS5 listener (15080).
 	EnableSOCKS5 bool
 	// DNS, if non-nil, runs the workload's DNS proxy on DNSAddrs (UDP and
@@ -235,7 +238,7 @@ type Proxy struct {
 
 	accept acceptGuard // the spare descriptor and accept-failure logging (accept.go)
 
-	live liveConns // open connections, when cfg.ListConnections
+	live telemetry.ConnList // open connections, when cfg.ListConnections
 
 	// peers holds the client identity of each inbound HBONE connection
 	// (*tls.Conn → *peer).
@@ -430,7 +433,7 @@ func (p *Proxy) Serve() error {
 	}
 	for name, l := range p.listeners {
 		p.wg.Add(1)
-		go p.acceptLoop(l, name, handlers[name], p.cfg.Metrics.socketsOpen(listenerReporter[name]))
+		go p.acceptLoop(l, name, handlers[name], p.cfg.Metrics.SocketsOpen(name))
 	}
 	if p.dns != nil {
 		p.wg.Go(func() {
@@ -444,21 +447,15 @@ func (p *Proxy) Serve() error {
 	return nil
 }
 
-// listenerReporter is the metrics reporter of each listener's sockets:
-// source for the client side (outbound, SOCKS5), destination for inbound.
-var listenerReporter = map[string]string{
-	"outbound": "source", "socks5": "source", "plaintext": "destination", "inbound": "destination",
-}
-
 // acceptLoop accepts connections on listener name's l until it is closed;
 // open counts them while they are open.
 func (p *Proxy) acceptLoop(l net.Listener, name string, handle handler, open prometheus.Gauge) {
 	defer p.wg.Done()
-	admitted := &admittingListener{Listener: l, p: p, name: name}
+	admitted := p.admitting(l, name)
 	for {
 		c, err := admitted.Accept()
 		if err != nil {
-			return // closed: admittingListener handles every other failure
+			return // closed: admission.Listener handles every other failure
 		}
 		if !p.track(c, open) {
 			c.Close()
@@ -506,7 +503,7 @@ func (p *Proxy) callHandler(c net.Conn, listener string, handle handler) (up net
 // gozt_connection_handler_panics_total.
 func (p *Proxy) containPanic(c net.Conn, listener string) {
 	if r := recover(); r != nil {
-		p.cfg.Metrics.panics.WithLabelValues(listener).Inc()
+		p.cfg.Metrics.Panics(listener).Inc()
 		p.log.Error("connection handler panicked", "listener", listener, "panic", r,
 			"src.addr", c.RemoteAddr(), "stack", string(debug.Stack()))
 	}
@@ -531,7 +528,7 @@ func (p *Proxy) handOff(down net.Conn, listener string, up net.Conn, finish func
 	p.wg.Add(1)
 	var request, response *atomic.Int64 // live byte counts, only for a listed connection
 	if p.cfg.ListConnections {
-		request, response = p.live.counters(down, up)
+		request, response = p.live.Counters(down, up)
 	}
 	p.relays.Start(down, up, request, response, func(res relay.Result, err error) {
 		defer p.wg.Done()
@@ -664,7 +661,7 @@ func (p *Proxy) UID() string { return p.cfg.WorkloadUID }
 // manager. When a policy change denies it, or its workload is removed, both
 // legs are aborted (abortLeg) and the connection is recorded with flag DENY. The returned func unregisters and
 // turns the copy's error into the close reason.
-func (p *Proxy) watchPolicy(info connmgr.Info, rec *connRecord, legs ...net.Conn) func(error) error {
+func (p *Proxy) watchPolicy(info connmgr.Info, rec *telemetry.Record, legs ...net.Conn) func(error) error {
 	if p.cfg.ConnMgr == nil {
 		return func(err error) error { return err }
 	}
@@ -678,7 +675,7 @@ func (p *Proxy) watchPolicy(info connmgr.Info, rec *connRecord, legs ...net.Conn
 	return func(err error) error {
 		unregister()
 		if reason := closed.Load(); reason != nil {
-			rec.setFlag(flagDeny)
+			rec.SetFlag(telemetry.FlagDeny)
 			p.noteRecheckDenial(info)
 			return *reason
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/gozt/gozt/certs/identity"
 	"github.com/gozt/gozt/certs/localca"
 	"github.com/gozt/gozt/hbone"
+	"github.com/gozt/gozt/proxy/telemetry"
 	"github.com/gozt/gozt/state"
 )
 
@@ -66,7 +67,7 @@ func TestAppTunnelToPodIP(t *testing.T) {
 	})
 	serveProxy(t, Config{
 		WorkloadUID: "c//Pod/ns/server", BindAddr: netip.MustParseAddr(ppServerIP), InboundOnly: true,
-		Store: store, Certs: issuedCerts{ca}, Metrics: NewMetrics(prometheus.NewRegistry()),
+		Store: store, Certs: issuedCerts{ca}, Metrics: telemetry.NewMetrics(prometheus.NewRegistry()),
 		AppTunnelToPodIP: true,
 	}, 5*time.Second)
 
@@ -127,7 +128,7 @@ func TestAppTunnelToPodIP(t *testing.T) {
 // TestDialLoopback: a localhost application tunnel goes to the loopback
 // address of the pod IP's family, from that address (SPEC §2.7).
 func TestDialLoopback(t *testing.T) {
-	p, err := New(Config{WorkloadUID: "w", Store: state.NewStore(state.Config{}), Certs: issuedCerts{}, Metrics: NewMetrics(prometheus.NewRegistry())})
+	p, err := New(Config{WorkloadUID: "w", Store: state.NewStore(state.Config{}), Certs: issuedCerts{}, Metrics: telemetry.NewMetrics(prometheus.NewRegistry())})
 	if err != nil {
 		t.Fatal(err)
 	}

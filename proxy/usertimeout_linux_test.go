@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gozt/gozt/certs/localca"
+	"github.com/gozt/gozt/proxy/telemetry"
 	"github.com/gozt/gozt/state"
 )
 
@@ -25,7 +26,7 @@ func TestUserTimeoutListeners(t *testing.T) {
 	}
 	p := serveProxy(t, Config{
 		WorkloadUID: "c//Pod/ns/server", BindAddr: netip.MustParseAddr(ip), UserTimeout: 20 * time.Second,
-		Store: state.NewStore(state.Config{}), Certs: issuedCerts{ca}, Metrics: NewMetrics(prometheus.NewRegistry()),
+		Store: state.NewStore(state.Config{}), Certs: issuedCerts{ca}, Metrics: telemetry.NewMetrics(prometheus.NewRegistry()),
 	}, 5*time.Second)
 	p.mu.Lock()
 	listeners := map[string]net.Listener{}

@@ -13,7 +13,7 @@ import (
 	"strings"
 )
 
-// The memory limit admission control measures against (proxy.Admission):
+// The memory limit admission control measures against (admission.Controller):
 // the lower of the Go runtime's (GOMEMLIMIT) and the cgroup's.
 //
 // When the operator set no GOMEMLIMIT and the process's cgroup has a memory

@@ -69,7 +69,7 @@ type Metrics struct {
 // never counted (a query's request_protocol is always udp or tcp, its other
 // labels a value or "unknown"); Prometheus stores the empty labels as
 // absent, so any query filtering on a DNS label leaves it out. This is the
-// convention of the traffic counters (proxy.NewMetrics).
+// convention of the traffic counters (telemetry.NewMetrics).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{

@@ -60,7 +60,7 @@ type ServerConfig struct {
 	MaxTCPConns int
 	// AdmitTCP, if non-nil, wraps each TCP listener before the bound, so
 	// that DNS accepts pass the admission control of the proxy's other
-	// listeners (proxy.Admission). The listener it returns must return
+	// listeners (admission.Listener). The listener it returns must return
 	// from Accept only admitted connections, and no error but the one of a
 	// closed listener: it handles a failed accept itself (backing off,
 	// shedding), since miekg/dns retries a temporary error such as EMFILE

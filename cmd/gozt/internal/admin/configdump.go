@@ -14,6 +14,7 @@ import (
 	"github.com/gozt/gozt/certs"
 	"github.com/gozt/gozt/cmd/gozt/internal/configdump"
 	"github.com/gozt/gozt/proxy"
+	"github.com/gozt/gozt/proxy/telemetry"
 	"github.com/gozt/gozt/state"
 )
 
@@ -57,20 +58,20 @@ type WorkloadInfo struct {
 // Connections are a workload's open connections, each direction sorted by
 // source; never nil, so that they render as [] when there are none.
 type Connections struct {
-	Inbound  []proxy.ConnJSON `json:"inbound"`
-	Outbound []proxy.ConnJSON `json:"outbound"`
+	Inbound  []telemetry.ConnJSON `json:"inbound"`
+	Outbound []telemetry.ConnJSON `json:"outbound"`
 }
 
 // NoConnections is the Connections of a workload whose proxy is not running.
 func NoConnections() Connections {
-	return Connections{Inbound: []proxy.ConnJSON{}, Outbound: []proxy.ConnJSON{}}
+	return Connections{Inbound: []telemetry.ConnJSON{}, Outbound: []telemetry.ConnJSON{}}
 }
 
 // ConnectionsOf returns p's open connections (none unless p keeps their
 // list: proxy.Config.ListConnections).
 func ConnectionsOf(p *proxy.Proxy) Connections {
 	in, out := p.Connections()
-	bySrc := func(a, b proxy.ConnJSON) int { return strings.Compare(a.Src, b.Src) }
+	bySrc := func(a, b telemetry.ConnJSON) int { return strings.Compare(a.Src, b.Src) }
 	slices.SortFunc(in, bySrc)
 	slices.SortFunc(out, bySrc)
 	return Connections{Inbound: in, Outbound: out}

@@ -12,6 +12,7 @@ import (
 	"github.com/gozt/gozt/certs"
 	"github.com/gozt/gozt/certs/identity"
 	"github.com/gozt/gozt/proxy"
+	"github.com/gozt/gozt/proxy/telemetry"
 	"github.com/gozt/gozt/state"
 )
 
@@ -62,10 +63,10 @@ type LiveInput struct {
 	// connections (Conns is empty otherwise).
 	ConnsListed bool
 	// Conns are at most LiveConnLimit open connections, of ConnsTotal.
-	Conns      []proxy.LiveConn
+	Conns      []telemetry.LiveConn
 	ConnsTotal int
 	// Denials are the recent denials, newest first, of DenialsTotal.
-	Denials      []proxy.Denial
+	Denials      []telemetry.Denial
 	DenialsTotal uint64
 	// XDS, CA and ZDS are the control-plane connections; nil ones are
 	// left out (ZDS outside shared mode).
@@ -102,7 +103,7 @@ func (in *LiveInput) AddConns(p *proxy.Proxy) {
 }
 
 // SetDenials shows the recent denials of ds (nil: none).
-func (in *LiveInput) SetDenials(ds *proxy.Denials) {
+func (in *LiveInput) SetDenials(ds *telemetry.Denials) {
 	in.Denials, in.DenialsTotal = ds.Recent()
 }
 
@@ -163,14 +164,14 @@ type liveCertJSON struct {
 }
 
 type liveConnsJSON struct {
-	Listed bool             `json:"listed"`
-	Total  int              `json:"total"`
-	Shown  []proxy.LiveConn `json:"shown"`
+	Listed bool                 `json:"listed"`
+	Total  int                  `json:"total"`
+	Shown  []telemetry.LiveConn `json:"shown"`
 }
 
 type liveDenialsJSON struct {
-	Total  uint64         `json:"total"`
-	Recent []proxy.Denial `json:"recent"`
+	Total  uint64             `json:"total"`
+	Recent []telemetry.Denial `json:"recent"`
 }
 
 type linkJSON struct {
@@ -191,7 +192,7 @@ func liveView(in LiveInput, now time.Time) liveJSON {
 		ControlPlane: map[string]linkJSON{},
 	}
 	if out.Denials.Recent == nil {
-		out.Denials.Recent = []proxy.Denial{}
+		out.Denials.Recent = []telemetry.Denial{}
 	}
 	byID := make(map[identity.Identity]*certs.State, len(in.Certs))
 	for i := range in.Certs {
@@ -213,12 +214,12 @@ func liveView(in LiveInput, now time.Time) liveJSON {
 
 // liveConns sorts and caps the connections shown: oldest first, then by
 // source.
-func liveConns(conns []proxy.LiveConn) []proxy.LiveConn {
+func liveConns(conns []telemetry.LiveConn) []telemetry.LiveConn {
 	shown := slices.Clone(conns)
 	if shown == nil {
-		shown = []proxy.LiveConn{}
+		shown = []telemetry.LiveConn{}
 	}
-	slices.SortFunc(shown, func(a, b proxy.LiveConn) int {
+	slices.SortFunc(shown, func(a, b telemetry.LiveConn) int {
 		if c := a.Start.Compare(b.Start); c != 0 {
 			return c
 		}

@@ -15,7 +15,7 @@ import (
 	"github.com/gozt/gozt/certs"
 	"github.com/gozt/gozt/certs/identity"
 	"github.com/gozt/gozt/certs/localca"
-	"github.com/gozt/gozt/proxy"
+	"github.com/gozt/gozt/proxy/telemetry"
 )
 
 func keys(m map[string]any) []string {
@@ -49,7 +49,7 @@ func liveInputForTest(t *testing.T) (LiveInput, *certs.Cert) {
 			Addresses: []netip.Addr{netip.MustParseAddr("10.0.0.3")}, State: "Up"}},
 		Certs:      []certs.State{{Identity: id, Status: certs.StatusAvailable, Cert: cert}},
 		ConnsTotal: LiveConnLimit + 7,
-		Denials: []proxy.Denial{{Time: start, Workload: "demo/server", WorkloadUID: "uid-server", Via: proxy.ViaHBONE,
+		Denials: []telemetry.Denial{{Time: start, Workload: "demo/server", WorkloadUID: "uid-server", Via: telemetry.ViaHBONE,
 			Src: netip.MustParseAddrPort("10.0.0.2:4000"), SrcIdentity: "spiffe://cluster.local/ns/demo/sa/client",
 			Dst: netip.MustParseAddrPort("10.0.0.3:8080"), Policy: "demo/deny", Rule: 2, Reason: "denied by policy demo/deny rule 2"}},
 		DenialsTotal: 9,
@@ -58,8 +58,8 @@ func liveInputForTest(t *testing.T) (LiveInput, *certs.Cert) {
 		ZDS:          NewLink("/var/run/ztunnel/ztunnel.sock", false, time.Time{}, ""),
 	}
 	for i := range LiveConnLimit + 5 {
-		in.Conns = append(in.Conns, proxy.LiveConn{
-			ConnJSON:  proxy.ConnJSON{Src: fmt.Sprintf("10.0.0.2:%d", 40000+i), OriginalDst: "10.0.0.3:8080", ActualDst: "10.0.0.3:15008", Protocol: "HBONE"},
+		in.Conns = append(in.Conns, telemetry.LiveConn{
+			ConnJSON:  telemetry.ConnJSON{Src: fmt.Sprintf("10.0.0.2:%d", 40000+i), OriginalDst: "10.0.0.3:8080", ActualDst: "10.0.0.3:15008", Protocol: "HBONE"},
 			Direction: "outbound", Start: start.Add(time.Duration(LiveConnLimit+5-i) * time.Second),
 			SrcIdentity: "spiffe://cluster.local/ns/demo/sa/client", RequestBytes: int64(i), ResponseBytes: 2 * int64(i), BytesLive: true,
 		})

@@ -130,11 +130,11 @@ type Config struct {
 	// MetricsSeriesGrace (METRICS_SERIES_GRACE, gozt only, default 5m) is
 	// how long a traffic series naming a workload gone from the store stays
 	// unchanged, with no connection open, before it is deleted
-	// (proxy.MetricsConfig.SeriesGrace).
+	// (telemetry.MetricsConfig.SeriesGrace).
 	MetricsSeriesGrace time.Duration `json:"metricsSeriesGrace"`
 	// MetricsMaxSeries (METRICS_MAX_SERIES, gozt only, default 20000)
 	// bounds the label sets of each istio_tcp_* counter
-	// (proxy.MetricsConfig.MaxSeries).
+	// (telemetry.MetricsConfig.MaxSeries).
 	MetricsMaxSeries int `json:"metricsMaxSeries"`
 	// RootRotationGrace (ROOT_ROTATION_GRACE, gozt only, default 24h) is
 	// how long, at most, a root the CA stopped answering stays trusted

@@ -12,7 +12,7 @@ import (
 	xproxy "golang.org/x/net/proxy"
 
 	"github.com/gozt/gozt/internal/jsonshape"
-	"github.com/gozt/gozt/proxy"
+	"github.com/gozt/gozt/proxy/telemetry"
 )
 
 // TestConfigDumpShape pins every key path of /config_dump, with its JSON
@@ -77,7 +77,7 @@ func TestConfigDumpWorkloadState(t *testing.T) {
 	var dump struct {
 		WorkloadState map[string]struct {
 			State       string
-			Connections struct{ Inbound, Outbound []proxy.ConnJSON }
+			Connections struct{ Inbound, Outbound []telemetry.ConnJSON }
 			Info        struct{ Name, Namespace, TrustDomain, ServiceAccount string }
 		} `json:"workloadState"`
 	}

@@ -28,10 +28,12 @@ import (
 	"github.com/gozt/gozt/cmd/gozt/internal/logscope"
 	"github.com/gozt/gozt/internal/runner"
 	"github.com/gozt/gozt/proxy"
+	"github.com/gozt/gozt/proxy/admission"
 	"github.com/gozt/gozt/proxy/connmgr"
 	"github.com/gozt/gozt/proxy/dns"
 	"github.com/gozt/gozt/proxy/inpod"
 	"github.com/gozt/gozt/proxy/sockopt"
+	"github.com/gozt/gozt/proxy/telemetry"
 	"github.com/gozt/gozt/state"
 	"github.com/gozt/gozt/xds"
 )
@@ -71,7 +73,7 @@ type Options struct {
 	ResolvConf string
 	// MemoryLimit is the memory limit in force, in bytes (the lower of
 	// GOMEMLIMIT and the cgroup's), against which admission control
-	// refuses new connections under memory pressure (proxy.Admission);
+	// refuses new connections under memory pressure (admission.Controller);
 	// zero turns that off. main sets it.
 	MemoryLimit int64
 }
@@ -87,10 +89,10 @@ type Mesh struct {
 	connmgr  *connmgr.Manager
 	registry *prometheus.Registry
 	proxies  []*proxy.Proxy
-	denials  *proxy.Denials // every proxy's recent denials, for the live view
+	denials  *telemetry.Denials // every proxy's recent denials, for the live view
 	ready    *admin.Readiness
 	// admission is every proxy's admission control.
-	admission *proxy.Admission
+	admission *admission.Controller
 	ports     *admin.Ports
 	echo      *EchoServer
 	quit      chan struct{}
@@ -138,9 +140,9 @@ func Start(ctx context.Context, opts Options) (m *Mesh, err error) {
 		return nil, err
 	}
 	m.ready = admin.NewReadiness("proxy")
-	m.admission = proxy.NewAdmission(proxy.AdmissionConfig{MemoryLimit: opts.MemoryLimit, Logger: m.log.With("scope", "admission")})
+	m.admission = admission.New(admission.Config{MemoryLimit: opts.MemoryLimit, Logger: m.log.With("scope", "admission")})
 	m.admission.BlockReadiness(m.ready.BlockWhile)
-	m.denials = proxy.NewDenials(0)
+	m.denials = telemetry.NewDenials(0)
 
 	built := m // the named result is nil on an error return; clean up what was built
 	defer func() {
@@ -227,7 +229,7 @@ func (m *Mesh) workloadState(snap *state.Snapshot) map[string]admin.WorkloadStat
 // startProxies creates and binds a proxy for every workload with an IP on
 // this host.
 func (m *Mesh) startProxies(ctx context.Context) error {
-	metrics := proxy.NewMetrics(m.registry)
+	metrics := telemetry.NewMetrics(m.registry)
 	access := m.log.With("scope", "access")
 	resolver := m.newDNSResolver()
 	hosts := m.newHostResolver()

@@ -33,9 +33,11 @@ import (
 	"github.com/gozt/gozt/hbone"
 	"github.com/gozt/gozt/internal/runner"
 	"github.com/gozt/gozt/proxy"
+	"github.com/gozt/gozt/proxy/admission"
 	"github.com/gozt/gozt/proxy/connmgr"
 	"github.com/gozt/gozt/proxy/dns"
 	"github.com/gozt/gozt/proxy/inpod"
+	"github.com/gozt/gozt/proxy/telemetry"
 	"github.com/gozt/gozt/state"
 	"github.com/gozt/gozt/xds"
 )
@@ -64,7 +66,7 @@ type Options struct {
 	Levels         *logscope.Levels
 	// MemoryLimit is the memory limit in force, in bytes (the lower of
 	// GOMEMLIMIT and the cgroup's), against which admission control
-	// refuses new connections under memory pressure (proxy.Admission);
+	// refuses new connections under memory pressure (admission.Controller);
 	// zero turns that off. main sets it.
 	MemoryLimit int64
 
@@ -83,11 +85,11 @@ type Node struct {
 	ca      *istioca.Client
 	xds     *xds.Client
 	connmgr *connmgr.Manager
-	metrics *proxy.Metrics
+	metrics *telemetry.Metrics
 	// admission is every proxy's admission control.
-	admission *proxy.Admission
-	dns       *dns.Resolver  // or nil when DNS_CAPTURE is off
-	denials   *proxy.Denials // every proxy's recent denials, for the live view
+	admission *admission.Controller
+	dns       *dns.Resolver      // or nil when DNS_CAPTURE is off
+	denials   *telemetry.Denials // every proxy's recent denials, for the live view
 	// hosts resolves the hostnames of endpoints without IPs (SPEC §3.3).
 	hosts *dns.HostResolver
 	// proxy is dedicated mode's one proxy; pods are shared mode's.
@@ -118,7 +120,7 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 	}
 	n.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		admin.BuildInfo(opts.Env.IstioVersion))
-	n.metrics = proxy.NewMetricsWithConfig(n.registry, proxy.MetricsConfig{
+	n.metrics = telemetry.NewMetricsWithConfig(n.registry, telemetry.MetricsConfig{
 		SeriesGrace: opts.Env.MetricsSeriesGrace, MaxSeries: opts.Env.MetricsMaxSeries,
 	})
 	n.dns = newDNSResolver(opts.Env, orDefault(opts.ResolvConf, "/etc/resolv.conf"),
@@ -135,7 +137,7 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 			return nil, err
 		}
 	}
-	n.denials = proxy.NewDenials(0)
+	n.denials = telemetry.NewDenials(0)
 	n.connmgr = connmgr.New(connmgr.Config{Logger: n.log.With("scope", "connmgr")})
 	env := opts.Env
 	n.findLocal = func(s *state.Snapshot) *state.Workload {
@@ -624,8 +626,8 @@ func orDefault(s, def string) string {
 // newAdmission returns the admission control of every proxy for the memory
 // limit in force, its conditions registered with ready: readiness fails
 // while new connections are shed for lack of file descriptors or memory.
-func newAdmission(limit int64, ready *admin.Readiness, log *slog.Logger) *proxy.Admission {
-	a := proxy.NewAdmission(proxy.AdmissionConfig{MemoryLimit: limit, Logger: log.With("scope", "admission")})
+func newAdmission(limit int64, ready *admin.Readiness, log *slog.Logger) *admission.Controller {
+	a := admission.New(admission.Config{MemoryLimit: limit, Logger: log.With("scope", "admission")})
 	a.BlockReadiness(ready.BlockWhile)
 	return a
 }

@@ -1,4 +1,4 @@
-package proxy
+package telemetry
 
 import (
 	"context"
@@ -32,28 +32,52 @@ var trafficLabelNames = []string{
 
 // Response flags (SPEC §7.1).
 const (
-	flagNone    = "-"
-	flagDeny    = "DENY"
-	flagConnect = "CONNECT" // every failure not classified below
-	// flagTLS: the TLS handshake with the HBONE peer failed.
-	flagTLS = "TLS_FAILURE"
-	// flagH2: the HTTP/2 handshake after TLS failed.
-	flagH2 = "H2_HANDSHAKE_FAILURE"
-	// flagNetworkPolicy: connecting to an HBONE port timed out.
-	flagNetworkPolicy = "NETWORK_POLICY"
-	// flagIdentity: the source's own certificate could not be had.
-	flagIdentity = "IDENTITY_ERROR"
-	// flagRevoked: a CRL_PATH list revoked the peer's certificate chain.
-	flagRevoked = "CERT_REVOKED"
+	FlagNone    = "-"
+	FlagDeny    = "DENY"
+	FlagConnect = "CONNECT" // every failure not classified below
+	// FlagTLS: the TLS handshake with the HBONE peer failed.
+	FlagTLS = "TLS_FAILURE"
+	// FlagH2: the HTTP/2 handshake after TLS failed.
+	FlagH2 = "H2_HANDSHAKE_FAILURE"
+	// FlagNetworkPolicy: connecting to an HBONE port timed out.
+	FlagNetworkPolicy = "NETWORK_POLICY"
+	// FlagIdentity: the source's own certificate could not be had.
+	FlagIdentity = "IDENTITY_ERROR"
+	// FlagRevoked: a CRL_PATH list revoked the peer's certificate chain.
+	FlagRevoked = "CERT_REVOKED"
 )
 
 // Security policies (SPEC §7.1).
 const (
-	securityMutualTLS = "mutual_tls"
-	securityUnknown   = "unknown"
+	SecurityMutualTLS = "mutual_tls"
+	SecurityUnknown   = "unknown"
 )
 
+// Reasons a connection is shed, the reason label of
+// gozt_connections_shed_total.
+const (
+	ShedFDExhausted    = "fd_exhausted"
+	ShedMemoryPressure = "memory_pressure"
+)
+
+// Reasons an on-demand fetch was refused (gozt_xds_on_demand_refused_total).
+const (
+	DemandRefusedRate        = "rate"
+	DemandRefusedOutstanding = "outstanding"
+)
+
+// listenerReporter is the istio_tcp_sockets_open reporter of the sockets
+// of each proxy listener, by the listener label of gozt's own metrics:
+// source for the client side (outbound, SOCKS5), destination for inbound.
+var listenerReporter = map[string]string{
+	"outbound": "source", "socks5": "source", "plaintext": "destination", "inbound": "destination",
+}
+
+// DNSListener is the DNS proxy's TCP listener in gozt_connections_shed_total.
+const DNSListener = "dns"
+
 // Metrics holds the traffic metrics shared by every proxy of a process.
+// Its methods may be called concurrently.
 type Metrics struct {
 	opened   *prometheus.CounterVec
 	closed   *prometheus.CounterVec
@@ -81,8 +105,8 @@ type Metrics struct {
 
 	// shed counts connections refused at once to protect the process, by
 	// listener (the DNS proxy's TCP listener is "dns") and reason: fd_exhausted (reset with the spare descriptor,
-	// or by restarting the listen when the spare is lost, accept.go) or
-	// memory_pressure (admission.go) (gozt only, TESTPLAN F21, F22).
+	// or by restarting the listen when the spare is lost, proxy's accept.go) or
+	// memory_pressure (package admission) (gozt only, TESTPLAN F21, F22).
 	shed *prometheus.CounterVec
 	// demandRefusals counts on-demand fetches a proxy's DemandLimits
 	// refused, by reason.
@@ -100,7 +124,7 @@ type Metrics struct {
 	sweepMu sync.Mutex
 
 	mu     sync.RWMutex
-	series map[trafficLabels]*series
+	series map[Labels]*series
 }
 
 // NewMetrics registers the traffic metrics with reg, with the default
@@ -155,17 +179,17 @@ func NewMetricsWithConfig(reg prometheus.Registerer, cfg MetricsConfig) *Metrics
 			Help: "Connections not counted in the istio_tcp_* metrics because their label set was new and the metrics held METRICS_MAX_SERIES label sets (gozt only)",
 		}),
 		cfg:    cfg,
-		series: make(map[trafficLabels]*series),
+		series: make(map[Labels]*series),
 	}
 	for i := range m.nowhere {
 		m.nowhere[i] = prometheus.NewCounter(prometheus.CounterOpts{Name: "nowhere", Help: "never registered"})
 	}
 	reg.MustRegister(m.sockets, m.crlRejections, m.crlUntracked, m.forwarded, m.panics, m.shed, m.demandRefusals, m.dropped)
-	for _, reason := range []string{demandRefusedRate, demandRefusedOutstanding} {
+	for _, reason := range []string{DemandRefusedRate, DemandRefusedOutstanding} {
 		m.demandRefusals.WithLabelValues(reason)
 	}
 	shedReasons := func(listener string) {
-		for _, reason := range []string{shedFDExhausted, shedMemoryPressure} {
+		for _, reason := range []string{ShedFDExhausted, ShedMemoryPressure} {
 			m.shed.WithLabelValues(listener, reason)
 		}
 	}
@@ -173,7 +197,7 @@ func NewMetricsWithConfig(reg prometheus.Registerer, cfg MetricsConfig) *Metrics
 		m.panics.WithLabelValues(name)
 		shedReasons(name)
 	}
-	shedReasons(dnsListener) // the DNS proxy's TCP listener (admittingListener)
+	shedReasons(DNSListener) // the DNS proxy's TCP listener
 	// Both reporters exist from the start, at 0, so a dashboard shows 0
 	// rather than "No data".
 	for _, r := range []string{"source", "destination"} {
@@ -185,9 +209,41 @@ func NewMetricsWithConfig(reg prometheus.Registerer, cfg MetricsConfig) *Metrics
 	return m
 }
 
-// demandRefused counts one on-demand fetch refused for reason.
-func (m *Metrics) demandRefused(reason string) {
-	m.demandRefusals.WithLabelValues(reason).Inc()
+// DemandRefusals is the counter of on-demand fetches refused for reason
+// (DemandRefusedRate, DemandRefusedOutstanding).
+func (m *Metrics) DemandRefusals(reason string) prometheus.Counter {
+	return m.demandRefusals.WithLabelValues(reason)
+}
+
+// Shed is the counter of new connections on listener refused at once for
+// reason (ShedFDExhausted, ShedMemoryPressure).
+func (m *Metrics) Shed(listener, reason string) prometheus.Counter {
+	return m.shed.WithLabelValues(listener, reason)
+}
+
+// Panics is the counter of connection handlers on listener that panicked
+// and were contained.
+func (m *Metrics) Panics(listener string) prometheus.Counter {
+	return m.panics.WithLabelValues(listener)
+}
+
+// ForwardedSource is the counter of inbound connections whose upstream
+// source came from the Forwarded header of the trusted waypoint with
+// principal.
+func (m *Metrics) ForwardedSource(principal string) prometheus.Counter {
+	return m.forwarded.WithLabelValues(principal)
+}
+
+// CRLRejections is the counter of reporter's handshakes refused and tunnels
+// closed because a CRL revoked the peer.
+func (m *Metrics) CRLRejections(reporter string) prometheus.Counter {
+	return m.crlRejections.WithLabelValues(reporter)
+}
+
+// CRLUntracked is the counter of reporter's tunnels a CRL change could not
+// re-check.
+func (m *Metrics) CRLUntracked(reporter string) prometheus.Counter {
+	return m.crlUntracked.WithLabelValues(reporter)
 }
 
 // seedEmptySeries creates, at 0, the one series of each traffic counter
@@ -211,26 +267,27 @@ func (m *Metrics) seedEmptySeries() {
 	}
 }
 
-// socketsOpen is the istio_tcp_sockets_open gauge of reporter: accepted
-// sockets currently open (SPEC §7.1).
-func (m *Metrics) socketsOpen(reporter string) prometheus.Gauge {
-	return m.sockets.WithLabelValues(reporter)
+// SocketsOpen is the istio_tcp_sockets_open gauge of the reporter of
+// listener's sockets: accepted sockets currently open (SPEC §7.1).
+func (m *Metrics) SocketsOpen(listener string) prometheus.Gauge {
+	return m.sockets.WithLabelValues(listenerReporter[listener])
 }
 
-// trafficLabels are the label values of one connection; a struct, not a
-// slice, so a missing value is visible (STYLE 40).
-type trafficLabels struct {
-	reporter string
+// Labels are the label values of one connection; a struct, not a slice, so
+// a missing value is visible (STYLE 40). An empty value is exported as
+// "unknown".
+type Labels struct {
+	Reporter string
 
-	srcWorkload, srcCanonicalService, srcCanonicalRevision, srcNamespace string
-	srcPrincipal, srcApp, srcVersion, srcCluster                         string
+	SrcWorkload, SrcCanonicalService, SrcCanonicalRevision, SrcNamespace string
+	SrcPrincipal, SrcApp, SrcVersion, SrcCluster                         string
 
-	dstService, dstServiceNamespace, dstServiceName                      string
-	dstWorkload, dstCanonicalService, dstCanonicalRevision, dstNamespace string
-	dstPrincipal, dstApp, dstVersion, dstCluster                         string
+	DstService, DstServiceNamespace, DstServiceName                      string
+	DstWorkload, DstCanonicalService, DstCanonicalRevision, DstNamespace string
+	DstPrincipal, DstApp, DstVersion, DstCluster                         string
 
-	responseFlags, securityPolicy          string
-	srcRegion, srcZone, dstRegion, dstZone string
+	ResponseFlags, SecurityPolicy          string
+	SrcRegion, SrcZone, DstRegion, DstZone string
 }
 
 func orUnknown(s string) string {
@@ -240,16 +297,16 @@ func orUnknown(s string) string {
 	return s
 }
 
-func (l *trafficLabels) values() []string {
+func (l *Labels) values() []string {
 	v := []string{
-		l.reporter,
-		l.srcWorkload, l.srcCanonicalService, l.srcCanonicalRevision, l.srcNamespace,
-		l.srcPrincipal, l.srcApp, l.srcVersion, l.srcCluster,
-		l.dstService, l.dstServiceNamespace, l.dstServiceName,
-		l.dstWorkload, l.dstCanonicalService, l.dstCanonicalRevision, l.dstNamespace,
-		l.dstPrincipal, l.dstApp, l.dstVersion, l.dstCluster,
-		"tcp", l.responseFlags, l.securityPolicy,
-		l.srcRegion, l.srcZone, l.dstRegion, l.dstZone,
+		l.Reporter,
+		l.SrcWorkload, l.SrcCanonicalService, l.SrcCanonicalRevision, l.SrcNamespace,
+		l.SrcPrincipal, l.SrcApp, l.SrcVersion, l.SrcCluster,
+		l.DstService, l.DstServiceNamespace, l.DstServiceName,
+		l.DstWorkload, l.DstCanonicalService, l.DstCanonicalRevision, l.DstNamespace,
+		l.DstPrincipal, l.DstApp, l.DstVersion, l.DstCluster,
+		"tcp", l.ResponseFlags, l.SecurityPolicy,
+		l.SrcRegion, l.SrcZone, l.DstRegion, l.DstZone,
 	}
 	for i := range v {
 		v[i] = orUnknown(v[i])
@@ -257,36 +314,41 @@ func (l *trafficLabels) values() []string {
 	return v
 }
 
-func (l *trafficLabels) setSource(w *state.Workload) {
+// SetSource sets the source workload labels from w, if not nil; the
+// principal is left as it is.
+func (l *Labels) SetSource(w *state.Workload) {
 	if w == nil {
 		return
 	}
-	l.srcWorkload = workloadName(w)
-	l.srcCanonicalService, l.srcCanonicalRevision = w.CanonicalName, w.CanonicalRevision
-	l.srcNamespace = w.Namespace
-	l.srcApp, l.srcVersion = w.CanonicalName, w.CanonicalRevision
-	l.srcCluster = w.ClusterID
-	l.srcRegion, l.srcZone = w.Locality.Region, w.Locality.Zone
+	l.SrcWorkload = workloadName(w)
+	l.SrcCanonicalService, l.SrcCanonicalRevision = w.CanonicalName, w.CanonicalRevision
+	l.SrcNamespace = w.Namespace
+	l.SrcApp, l.SrcVersion = w.CanonicalName, w.CanonicalRevision
+	l.SrcCluster = w.ClusterID
+	l.SrcRegion, l.SrcZone = w.Locality.Region, w.Locality.Zone
 }
 
-func (l *trafficLabels) setDestination(w *state.Workload) {
+// SetDestination sets the destination workload labels from w, if not nil,
+// its principal its own identity.
+func (l *Labels) SetDestination(w *state.Workload) {
 	if w == nil {
 		return
 	}
-	l.dstWorkload = workloadName(w)
-	l.dstCanonicalService, l.dstCanonicalRevision = w.CanonicalName, w.CanonicalRevision
-	l.dstNamespace = w.Namespace
-	l.dstApp, l.dstVersion = w.CanonicalName, w.CanonicalRevision
-	l.dstCluster = w.ClusterID
-	l.dstRegion, l.dstZone = w.Locality.Region, w.Locality.Zone
-	l.dstPrincipal = principal(w.Identity())
+	l.DstWorkload = workloadName(w)
+	l.DstCanonicalService, l.DstCanonicalRevision = w.CanonicalName, w.CanonicalRevision
+	l.DstNamespace = w.Namespace
+	l.DstApp, l.DstVersion = w.CanonicalName, w.CanonicalRevision
+	l.DstCluster = w.ClusterID
+	l.DstRegion, l.DstZone = w.Locality.Region, w.Locality.Zone
+	l.DstPrincipal = Principal(w.Identity())
 }
 
-func (l *trafficLabels) setService(s *state.Service) {
+// SetService sets the destination service labels from s, if not nil.
+func (l *Labels) SetService(s *state.Service) {
 	if s == nil {
 		return
 	}
-	l.dstService, l.dstServiceNamespace, l.dstServiceName = s.Hostname, s.Namespace, s.Name
+	l.DstService, l.DstServiceNamespace, l.DstServiceName = s.Hostname, s.Namespace, s.Name
 }
 
 func workloadName(w *state.Workload) string {
@@ -296,17 +358,20 @@ func workloadName(w *state.Workload) string {
 	return w.Name
 }
 
-func principal(id identity.Identity) string {
+// Principal is id as the labels and logs name it: its SPIFFE URI, or ""
+// for none.
+func Principal(id identity.Identity) string {
 	if id.IsZero() {
 		return ""
 	}
 	return id.String()
 }
 
-// connRecord follows one proxied connection from open to close: metrics and
+// Record follows one proxied connection from open to close: metrics and
 // the access log line (SPEC §7.1, §7.3). It lives as long as the connection,
-// so it is kept small: the labels are in the shared series.
-type connRecord struct {
+// so it is kept small: the labels are in the shared series. It is used by
+// one goroutine at a time: the connection's handler, then its finish.
+type Record struct {
 	m       *Metrics
 	log     *slog.Logger
 	s       *series
@@ -315,14 +380,14 @@ type connRecord struct {
 
 	srcAddr, dstAddr netip.AddrPort
 	hboneAddr        string
-	live             *liveConns // the list this record is on, if any
+	live             *ConnList // the list this record is on, if any
 }
 
-// openConn records the connection from src to dst (and the CONNECT
-// authority hboneAddr, "" for none) as opened, and logs it at DEBUG (SPEC
-// §7.3).
-func (m *Metrics) openConn(log *slog.Logger, l trafficLabels, inbound bool, src, dst netip.AddrPort, hboneAddr string) *connRecord {
-	r := &connRecord{m: m, log: log, s: m.seriesFor(&l), start: time.Now(), inbound: inbound,
+// Open records the connection from src to dst (and the CONNECT authority
+// hboneAddr, "" for none) as opened, and logs it at DEBUG to log, which
+// also receives its access log line at the close (SPEC §7.3).
+func (m *Metrics) Open(log *slog.Logger, l Labels, inbound bool, src, dst netip.AddrPort, hboneAddr string) *Record {
+	r := &Record{m: m, log: log, s: m.seriesFor(&l), start: time.Now(), inbound: inbound,
 		srcAddr: src, dstAddr: dst, hboneAddr: hboneAddr}
 	r.s.opened.Inc()
 	if log.Enabled(context.Background(), slog.LevelDebug) {
@@ -341,32 +406,32 @@ func (b bare) String() string { return string(b) }
 // §7.3), in ztunnel's order; a field without a value is left out, as
 // ztunnel leaves out what it does not know. Identities are logged only for
 // mTLS connections; they are the principals already in the labels.
-func (r *connRecord) endpointAttrs(attrs []slog.Attr) []slog.Attr {
+func (r *Record) endpointAttrs(attrs []slog.Attr) []slog.Attr {
 	l := &r.s.labels
-	mtls := l.securityPolicy == securityMutualTLS
+	mtls := l.SecurityPolicy == SecurityMutualTLS
 	str := func(key, v string) {
 		if v != "" {
 			attrs = append(attrs, slog.String(key, v))
 		}
 	}
 	attrs = append(attrs, slog.Any("src.addr", r.srcAddr))
-	str("src.workload", l.srcWorkload)
-	str("src.namespace", l.srcNamespace)
+	str("src.workload", l.SrcWorkload)
+	str("src.namespace", l.SrcNamespace)
 	if mtls {
-		str("src.identity", l.srcPrincipal)
+		str("src.identity", l.SrcPrincipal)
 	}
-	str("src.cluster", l.srcCluster)
+	str("src.cluster", l.SrcCluster)
 	attrs = append(attrs, slog.Any("dst.addr", r.dstAddr))
 	if r.hboneAddr != "" {
 		attrs = append(attrs, slog.Any("dst.hbone_addr", bare(r.hboneAddr)))
 	}
-	str("dst.service", l.dstService)
-	str("dst.workload", l.dstWorkload)
-	str("dst.namespace", l.dstNamespace)
+	str("dst.service", l.DstService)
+	str("dst.workload", l.DstWorkload)
+	str("dst.namespace", l.DstNamespace)
 	if mtls {
-		str("dst.identity", l.dstPrincipal)
+		str("dst.identity", l.DstPrincipal)
 	}
-	str("dst.cluster", l.dstCluster)
+	str("dst.cluster", l.DstCluster)
 	direction := "outbound"
 	if r.inbound {
 		direction = "inbound"
@@ -374,29 +439,38 @@ func (r *connRecord) endpointAttrs(attrs []slog.Attr) []slog.Attr {
 	return append(attrs, slog.String("direction", direction))
 }
 
-// setFlag sets the response flag the close is recorded with.
-func (r *connRecord) setFlag(flag string) {
-	if r.s.labels.responseFlags == flag {
+// SetStart sets when the connection started, for the access log's
+// duration, if before its Open.
+func (r *Record) SetStart(t time.Time) { r.start = t }
+
+// SetHBONEAddr sets the CONNECT authority the access log's close line names
+// (dst.hbone_addr), for a connection that knows it only once opened.
+func (r *Record) SetHBONEAddr(addr string) { r.hboneAddr = addr }
+
+// SetFlag sets the response flag the close is recorded with.
+func (r *Record) SetFlag(flag string) {
+	if r.s.labels.ResponseFlags == flag {
 		return
 	}
 	l := r.s.labels
-	l.responseFlags = flag
+	l.ResponseFlags = flag
 	old := r.s
 	r.s = r.m.seriesFor(&l)
 	old.release()
 }
 
-// fail closes a connection that failed before carrying bytes. The close
+// Fail closes a connection that failed before carrying bytes. The close
 // carries the failure flag; the open was recorded with "-" as ztunnel does
 // (the flag is only known at the end).
-func (r *connRecord) fail(flag string, err error) {
-	r.setFlag(flag)
-	r.close(0, 0, err)
+func (r *Record) Fail(flag string, err error) {
+	r.SetFlag(flag)
+	r.Close(0, 0, err)
 }
 
-// close records bytes, the close, and writes the access log. sent is what
-// flowed client→server (request direction), recv server→client.
-func (r *connRecord) close(requestBytes, responseBytes int64, err error) {
+// Close records bytes, the close, and writes the access log. requestBytes
+// flowed client→server, responseBytes server→client. It takes the record
+// off its ConnList, if any.
+func (r *Record) Close(requestBytes, responseBytes int64, err error) {
 	if r.live != nil {
 		r.live.remove(r)
 	}
@@ -404,7 +478,7 @@ func (r *connRecord) close(requestBytes, responseBytes int64, err error) {
 	s.received.Add(float64(requestBytes))
 	s.sent.Add(float64(responseBytes))
 	s.closed.Inc()
-	if s.labels.responseFlags != flagNone && s.labels.responseFlags != "" {
+	if s.labels.ResponseFlags != FlagNone && s.labels.ResponseFlags != "" {
 		s.failed.Inc()
 	}
 	s.release()
@@ -435,32 +509,4 @@ func (r *connRecord) close(requestBytes, responseBytes int64, err error) {
 
 func durationMillis(d time.Duration) string {
 	return strconv.FormatInt(d.Milliseconds(), 10) + "ms"
-}
-
-// setDerivedSource sets the source labels from the request's baggage, with
-// principal the peer certificate's (ztunnel's with_derived_source), for a
-// source that cannot be looked up (setSource is used when it can). As in
-// ztunnel, source_app is the baggage's workload name, not its service.
-func (l *trafficLabels) setDerivedSource(d derivedWorkload, principal string) {
-	l.srcWorkload = d.workloadName
-	l.srcCanonicalService, l.srcCanonicalRevision = d.service, d.revision
-	l.srcNamespace = d.namespace
-	l.srcApp, l.srcVersion = d.workloadName, d.revision
-	l.srcCluster = d.cluster
-	l.srcPrincipal = principal
-	l.srcRegion, l.srcZone = d.region, d.zone
-}
-
-// setDerivedDestination sets every destination workload label from the
-// destination's response baggage, with principal the peer certificate's
-// (ztunnel's with_derived_destination, used for double HBONE, whose
-// destination workload is behind a gateway).
-func (l *trafficLabels) setDerivedDestination(d derivedWorkload, principal string) {
-	l.dstWorkload = d.workloadName
-	l.dstCanonicalService, l.dstCanonicalRevision = d.service, d.revision
-	l.dstNamespace = d.namespace
-	l.dstApp, l.dstVersion = d.workloadName, d.revision
-	l.dstCluster = d.cluster
-	l.dstPrincipal = principal
-	l.dstRegion, l.dstZone = d.region, d.zone
 }

@@ -1,4 +1,4 @@
-package proxy
+package telemetry
 
 import (
 	"bytes"
@@ -13,8 +13,8 @@ import (
 )
 
 // open records a connection whose addresses are not known as opened.
-func (m *Metrics) open(log *slog.Logger, l trafficLabels, inbound bool) *connRecord {
-	return m.openConn(log, l, inbound, netip.AddrPort{}, netip.AddrPort{}, "")
+func (m *Metrics) open(log *slog.Logger, l Labels, inbound bool) *Record {
+	return m.Open(log, l, inbound, netip.AddrPort{}, netip.AddrPort{}, "")
 }
 
 // TestConnRecordSeries checks that connections with one label set share a
@@ -26,9 +26,9 @@ func TestConnRecordSeries(t *testing.T) {
 	var logBuf bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&logBuf, nil))
 
-	l := trafficLabels{reporter: "destination", responseFlags: flagNone, securityPolicy: securityMutualTLS,
-		srcWorkload: "client", srcNamespace: "demo", srcPrincipal: "spiffe://cluster.local/ns/demo/sa/client",
-		dstWorkload: "echo", dstNamespace: "demo"}
+	l := Labels{Reporter: "destination", ResponseFlags: FlagNone, SecurityPolicy: SecurityMutualTLS,
+		SrcWorkload: "client", SrcNamespace: "demo", SrcPrincipal: "spiffe://cluster.local/ns/demo/sa/client",
+		DstWorkload: "echo", DstNamespace: "demo"}
 	a := m.open(log, l, true)
 	b := m.open(log, l, true)
 	if a.s != b.s {
@@ -36,15 +36,15 @@ func TestConnRecordSeries(t *testing.T) {
 	}
 	a.srcAddr = netip.MustParseAddrPort("10.0.0.1:40000")
 	a.dstAddr = netip.MustParseAddrPort("10.0.0.2:8080")
-	a.close(100, 7, nil)
-	b.setFlag(flagDeny)
-	if b.s == a.s || b.s.labels.responseFlags != flagDeny || a.s.labels.responseFlags != flagNone {
-		t.Fatalf("setFlag: series flags a=%q b=%q", a.s.labels.responseFlags, b.s.labels.responseFlags)
+	a.Close(100, 7, nil)
+	b.SetFlag(FlagDeny)
+	if b.s == a.s || b.s.labels.ResponseFlags != FlagDeny || a.s.labels.ResponseFlags != FlagNone {
+		t.Fatalf("setFlag: series flags a=%q b=%q", a.s.labels.ResponseFlags, b.s.labels.ResponseFlags)
 	}
-	b.close(0, 0, errors.New("denied"))
+	b.Close(0, 0, errors.New("denied"))
 
 	ok, deny := l.values(), l
-	deny.responseFlags = flagDeny
+	deny.ResponseFlags = FlagDeny
 	denied := deny.values()
 	for _, tc := range []struct {
 		vec    *prometheus.CounterVec
@@ -76,7 +76,7 @@ func TestConnRecordSeries(t *testing.T) {
 // idle-memory scenario measures: a record must not carry the label values.
 func TestConnRecordSmall(t *testing.T) {
 	m := NewMetrics(prometheus.NewRegistry())
-	l := trafficLabels{reporter: "source", responseFlags: flagNone}
+	l := Labels{Reporter: "source", ResponseFlags: FlagNone}
 	m.open(slog.New(slog.DiscardHandler), l, false) // resolve the series once
 	allocs := testing.AllocsPerRun(100, func() {
 		m.open(slog.New(slog.DiscardHandler), l, false)
@@ -92,17 +92,17 @@ func TestConnRecordSmall(t *testing.T) {
 // where building them took several per connection.
 func TestConnRecordCloseWithoutAccessLog(t *testing.T) {
 	m := NewMetrics(prometheus.NewRegistry())
-	l := trafficLabels{reporter: "source", responseFlags: flagNone, srcWorkload: "client", srcNamespace: "demo"}
+	l := Labels{Reporter: "source", ResponseFlags: FlagNone, SrcWorkload: "client", SrcNamespace: "demo"}
 	log := slog.New(slog.DiscardHandler)
 	src, dst := netip.MustParseAddrPort("10.0.0.1:40000"), netip.MustParseAddrPort("10.0.0.2:8080")
-	m.openConn(log, l, false, src, dst, "10.0.0.2:15008").close(1, 1, nil) // resolve the series once
-	recs := make([]*connRecord, 0, 101)
+	m.Open(log, l, false, src, dst, "10.0.0.2:15008").Close(1, 1, nil) // resolve the series once
+	recs := make([]*Record, 0, 101)
 	for range 101 {
-		recs = append(recs, m.openConn(log, l, false, src, dst, "10.0.0.2:15008"))
+		recs = append(recs, m.Open(log, l, false, src, dst, "10.0.0.2:15008"))
 	}
 	i := 0
 	allocs := testing.AllocsPerRun(100, func() {
-		recs[i].close(7, 100, nil)
+		recs[i].Close(7, 100, nil)
 		i++
 	})
 	if allocs != 0 {
@@ -149,10 +149,10 @@ func TestEmptySeriesNeverCounted(t *testing.T) {
 		}
 	}
 
-	r := m.open(slog.New(slog.DiscardHandler), trafficLabels{}, false)
-	r.fail(flagConnect, errors.New("refused"))
-	r = m.open(slog.New(slog.DiscardHandler), trafficLabels{}, true)
-	r.close(10, 20, nil)
+	r := m.open(slog.New(slog.DiscardHandler), Labels{}, false)
+	r.Fail(FlagConnect, errors.New("refused"))
+	r = m.open(slog.New(slog.DiscardHandler), Labels{}, true)
+	r.Close(10, 20, nil)
 
 	got := families()
 	for _, name := range counters {
@@ -185,11 +185,11 @@ func TestAccessLogFields(t *testing.T) {
 	var buf bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	m := NewMetrics(prometheus.NewRegistry())
-	l := trafficLabels{reporter: "source", srcWorkload: "client", srcNamespace: "demo", srcCluster: "c1",
-		srcPrincipal: "spiffe://td/ns/demo/sa/client", dstWorkload: "server", dstCluster: "c2",
-		dstPrincipal: "spiffe://td/ns/demo/sa/server", securityPolicy: securityMutualTLS, responseFlags: flagNone}
-	r := m.openConn(log, l, false, netip.MustParseAddrPort("10.0.0.1:1234"), netip.MustParseAddrPort("10.0.0.2:15008"), "10.0.0.2:80")
-	r.close(3, 5, nil)
+	l := Labels{Reporter: "source", SrcWorkload: "client", SrcNamespace: "demo", SrcCluster: "c1",
+		SrcPrincipal: "spiffe://td/ns/demo/sa/client", DstWorkload: "server", DstCluster: "c2",
+		DstPrincipal: "spiffe://td/ns/demo/sa/server", SecurityPolicy: SecurityMutualTLS, ResponseFlags: FlagNone}
+	r := m.Open(log, l, false, netip.MustParseAddrPort("10.0.0.1:1234"), netip.MustParseAddrPort("10.0.0.2:15008"), "10.0.0.2:80")
+	r.Close(3, 5, nil)
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 	if len(lines) != 2 {
 		t.Fatalf("log lines:\n%s", &buf)
@@ -209,8 +209,8 @@ func TestAccessLogFields(t *testing.T) {
 	}
 	// Without mTLS, no identities.
 	buf.Reset()
-	l.securityPolicy = securityUnknown
-	m.openConn(log, l, true, netip.MustParseAddrPort("10.0.0.1:1"), netip.MustParseAddrPort("10.0.0.2:80"), "").close(0, 0, nil)
+	l.SecurityPolicy = SecurityUnknown
+	m.Open(log, l, true, netip.MustParseAddrPort("10.0.0.1:1"), netip.MustParseAddrPort("10.0.0.2:80"), "").Close(0, 0, nil)
 	if strings.Contains(buf.String(), "identity") || !strings.Contains(buf.String(), "direction=inbound") {
 		t.Errorf("plaintext log:\n%s", &buf)
 	}

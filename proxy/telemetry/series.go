@@ -1,4 +1,4 @@
-package proxy
+package telemetry
 
 import (
 	"context"
@@ -69,7 +69,7 @@ func (c MetricsConfig) maxSeries() int {
 //   - A refused series (past MaxSeries) is in neither the map nor the vecs:
 //     its counters are Metrics.nowhere.
 type series struct {
-	labels                                 trafficLabels
+	labels                                 Labels
 	opened, closed, failed, received, sent prometheus.Counter
 
 	open  atomic.Int32
@@ -88,7 +88,7 @@ func (s *series) release() {
 
 // seriesFor returns the series of l with one more connection on it, which
 // its release ends.
-func (m *Metrics) seriesFor(l *trafficLabels) *series {
+func (m *Metrics) seriesFor(l *Labels) *series {
 	m.mu.RLock()
 	s := m.series[*l]
 	if s != nil {
@@ -104,7 +104,7 @@ func (m *Metrics) seriesFor(l *trafficLabels) *series {
 // newSeries creates the series of l, or, past MaxSeries, returns one that
 // counts nowhere. The children are made under the lock: a sweep deleting an
 // earlier series of l must not delete them after they were looked up.
-func (m *Metrics) newSeries(l *trafficLabels) *series {
+func (m *Metrics) newSeries(l *Labels) *series {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if s := m.series[*l]; s != nil {
@@ -168,12 +168,12 @@ func (m *Metrics) SweepSeries(ctx context.Context, store Snapshotter) error {
 // workloadKey names a workload as the traffic labels do.
 type workloadKey struct{ namespace, name, cluster string }
 
-func (l *trafficLabels) srcKey() workloadKey {
-	return workloadKey{l.srcNamespace, l.srcWorkload, l.srcCluster}
+func (l *Labels) srcKey() workloadKey {
+	return workloadKey{l.SrcNamespace, l.SrcWorkload, l.SrcCluster}
 }
 
-func (l *trafficLabels) dstKey() workloadKey {
-	return workloadKey{l.dstNamespace, l.dstWorkload, l.dstCluster}
+func (l *Labels) dstKey() workloadKey {
+	return workloadKey{l.DstNamespace, l.DstWorkload, l.DstCluster}
 }
 
 // sweep deletes the series that have been still for the grace at now and
