@@ -3,88 +3,14 @@ package telemetry
 import (
 	"fmt"
 	"log/slog"
-	"net/netip"
-	"strconv"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 
+	"github.com/gozt/gozt/proxy/telemetry/telemetrytest"
 	"github.com/gozt/gozt/state"
 )
-
-// trafficCounters are the istio_tcp_* counters whose series a sweep
-// deletes together.
-var trafficCounters = []string{
-	"istio_tcp_connections_opened_total", "istio_tcp_connections_closed_total",
-	"istio_tcp_connections_failed_total", "istio_tcp_received_bytes_total", "istio_tcp_sent_bytes_total",
-}
-
-// scrapeSeries gathers reg and returns the number of traffic series (the
-// all-empty one left out), failing unless every traffic counter has that
-// many, and the value of counter name whose destination_workload is dst
-// (-1 for none).
-func scrapeSeries(t *testing.T, reg prometheus.Gatherer, name, dst string) (n int, value float64) {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	counts := map[string]int{}
-	value = -1
-	for _, mf := range mfs {
-		for _, s := range mf.GetMetric() {
-			if labelOf(s, "reporter") == "" {
-				continue // the empty series, or not a traffic metric
-			}
-			counts[mf.GetName()]++
-			if mf.GetName() == name && labelOf(s, "destination_workload") == dst {
-				value = s.GetCounter().GetValue()
-			}
-		}
-	}
-	for _, c := range trafficCounters {
-		if counts[c] != counts[trafficCounters[0]] {
-			t.Fatalf("series per counter differ: %v", counts)
-		}
-	}
-	return counts[trafficCounters[0]], value
-}
-
-func labelOf(m *dto.Metric, name string) string {
-	for _, lp := range m.GetLabel() {
-		if lp.GetName() == name {
-			return lp.GetValue()
-		}
-	}
-	return ""
-}
-
-// churnPod is short-lived pod i: plain TCP, at 127.94.x.y.
-func churnPod(i int) *state.Workload {
-	ip := netip.AddrFrom4([4]byte{127, 94, byte(1 + i/250), byte(1 + i%250)})
-	name := "job-" + strconv.Itoa(i)
-	return &state.Workload{UID: "c//Pod/ns/" + name, Name: name, Namespace: "ns", ServiceAccount: "job",
-		TrustDomain: "cluster.local", Addresses: []netip.Addr{ip}}
-}
-
-func setPods(t *testing.T, store *state.Store, add bool, pods ...*state.Workload) {
-	t.Helper()
-	var err error
-	store.Update(func(b *state.Batch) {
-		for _, w := range pods {
-			if !add {
-				b.RemoveWorkload(w.UID)
-			} else if err = b.InsertWorkload(w); err != nil {
-				return
-			}
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-}
 
 // TestSweepKeepsWhatMayMove: a sweep deletes a series only when it names a
 // workload the store no longer has and has been still, with no connection
@@ -94,8 +20,8 @@ func TestSweepKeepsWhatMayMove(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := NewMetricsWithConfig(reg, MetricsConfig{SeriesGrace: grace})
 	store := state.NewStore(state.Config{})
-	client, server, job := nsWorkload("client", "10.0.0.1"), nsWorkload("server", "10.0.0.2"), churnPod(7)
-	setPods(t, store, true, client, server, job)
+	client, server, job := telemetrytest.NSWorkload("client", "10.0.0.1"), telemetrytest.NSWorkload("server", "10.0.0.2"), telemetrytest.ChurnPod(7)
+	telemetrytest.SetPods(t, store, true, client, server, job)
 	log := slog.New(slog.DiscardHandler)
 	conn := func(src, dst *state.Workload) *Record {
 		l := Labels{Reporter: "source", ResponseFlags: FlagNone, SecurityPolicy: SecurityMutualTLS}
@@ -104,19 +30,19 @@ func TestSweepKeepsWhatMayMove(t *testing.T) {
 		return m.open(log, l, false)
 	}
 	received := func(dst string) float64 {
-		_, v := scrapeSeries(t, reg, "istio_tcp_received_bytes_total", dst)
+		_, v := telemetrytest.MustSeries(t, reg, "istio_tcp_received_bytes_total", dst)
 		return v
 	}
 	conn(client, server).Close(5, 5, nil) // both live: kept however still
 	conn(client, job).Close(100, 1, nil)  // names the job
 	held := conn(job, server)             // open across the job's removal
-	setPods(t, store, false, job)
+	telemetrytest.SetPods(t, store, false, job)
 
 	now := time.Now()
 	sweep := func(at time.Duration, want int) {
 		t.Helper()
 		m.sweep(store.Snapshot(), now.Add(at))
-		if n, _ := scrapeSeries(t, reg, trafficCounters[0], ""); n != want {
+		if n, _ := telemetrytest.MustSeries(t, reg, telemetrytest.TrafficCounters[0], ""); n != want {
 			t.Fatalf("after a sweep at +%v: %d series, want %d", at, n, want)
 		}
 	}
@@ -133,7 +59,7 @@ func TestSweepKeepsWhatMayMove(t *testing.T) {
 		t.Errorf("client→server received = %v, want 5", got)
 	}
 
-	setPods(t, store, true, job)
+	telemetrytest.SetPods(t, store, true, job)
 	if got := received(job.Name); got != -1 {
 		t.Fatalf("deleted series scraped with %v", got)
 	}
@@ -159,10 +85,10 @@ func TestMaxSeries(t *testing.T) {
 	}
 	first := labels(0)
 	m.open(log, first, false).Close(10, 10, nil)
-	if n, v := scrapeSeries(t, reg, trafficCounters[0], "job-0"); n != 3 || v != 2 {
+	if n, v := telemetrytest.MustSeries(t, reg, telemetrytest.TrafficCounters[0], "job-0"); n != 3 || v != 2 {
 		t.Fatalf("series = %d, job-0 opened = %v; want 3 and 2", n, v)
 	}
-	if _, v := scrapeSeries(t, reg, trafficCounters[0], "job-4"); v != -1 {
+	if _, v := telemetrytest.MustSeries(t, reg, telemetrytest.TrafficCounters[0], "job-4"); v != -1 {
 		t.Errorf("job-4, past the cap, scraped with %v", v)
 	}
 	if got := counterValue(t, m.dropped); got != 2 {
@@ -181,13 +107,7 @@ func TestMaxSeries(t *testing.T) {
 	m.sweep(state.NewStore(state.Config{}).Snapshot(), now)
 	m.sweep(state.NewStore(state.Config{}).Snapshot(), now.Add(time.Second))
 	m.open(log, labels(4), false).Close(1, 1, nil)
-	if n, v := scrapeSeries(t, reg, trafficCounters[0], "job-4"); n != 1 || v != 1 {
+	if n, v := telemetrytest.MustSeries(t, reg, telemetrytest.TrafficCounters[0], "job-4"); n != 1 || v != 1 {
 		t.Errorf("after a sweep: series = %d, job-4 opened = %v; want 1 and 1", n, v)
 	}
-}
-
-// nsWorkload is a workload named name in namespace ns, at ip.
-func nsWorkload(name, ip string) *state.Workload {
-	return &state.Workload{UID: "c//Pod/ns/" + name, Name: name, Namespace: "ns", ServiceAccount: name,
-		TrustDomain: "cluster.local", Addresses: []netip.Addr{netip.MustParseAddr(ip)}, Protocol: state.TunnelHBONE}
 }
