@@ -109,6 +109,7 @@ type listener struct {
 	network string
 	started chan struct{} // closed once the server accepts Shutdown
 	done    chan struct{} // closed when its serve loop returned
+	err     error         // the serve loop's failure, once done is closed
 }
 
 // NewServer returns a Server that has not bound anything yet.
@@ -260,28 +261,48 @@ func (s *Server) Addrs() (udp, tcp []net.Addr) {
 // query in flight has been answered. It returns the first failure of a
 // serve loop other than the shutdown itself.
 func (s *Server) Serve() error {
-	s.mu.Lock()
-	if s.closed || s.serving {
-		s.mu.Unlock()
+	if !s.Start() {
 		return nil
 	}
-	s.serving = true
-	errs := make([]error, len(s.servers))
-	for i, l := range s.servers {
-		s.wg.Add(1)
-		go s.serveListener(l, &errs[i])
+	return s.Wait()
+}
+
+// Start serves the bound sockets until Shutdown, as Serve does, without
+// waiting: it reports whether it started them (not after Shutdown, nor a
+// second time). Shutdown still waits for what Start started.
+func (s *Server) Start() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.serving {
+		return false
 	}
-	s.mu.Unlock()
+	s.serving = true
+	for _, l := range s.servers {
+		s.wg.Add(1)
+		go s.serveListener(l)
+	}
+	return true
+}
+
+// Wait returns once the loops Start started have ended, with their
+// failures other than the shutdown itself.
+func (s *Server) Wait() error {
 	s.wg.Wait()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var errs []error
+	for _, l := range s.servers {
+		errs = append(errs, l.err)
+	}
 	return errors.Join(errs...)
 }
 
 // serveListener runs one miekg/dns server until it is shut down.
-func (s *Server) serveListener(l *listener, errp *error) {
+func (s *Server) serveListener(l *listener) {
 	defer s.wg.Done()
 	defer close(l.done)
 	if err := l.srv.ActivateAndServe(); err != nil && s.lifetime.Err() == nil {
-		*errp = fmt.Errorf("dns: serve %s %v: %w", l.network, l.addr, err)
+		l.err = fmt.Errorf("dns: serve %s %v: %w", l.network, l.addr, err)
 		s.log.Warn("dns listener failed", "addr", l.addr, "error", err)
 	}
 }
