@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"net/netip"
+	"runtime"
 	"testing"
 	"time"
 
@@ -88,4 +89,49 @@ func freeUDPPort(t *testing.T, ip string) uint16 {
 	}
 	defer u.Close()
 	return uint16(u.LocalAddr().(*net.UDPAddr).Port)
+}
+
+// TestStartRunsOnlyTheLoops: Start runs a proxy with one goroutine per
+// accept or read loop (3 TCP listeners, and the DNS proxy's UDP and TCP
+// sockets) and none that only waits, as a node of 110 pods needs; Shutdown
+// ends them all.
+func TestStartRunsOnlyTheLoops(t *testing.T) {
+	const ip = "127.88.252.4"
+	ca, err := localca.New(localca.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(Config{
+		WorkloadUID: "c//Pod/ns/server", BindAddr: netip.MustParseAddr(ip),
+		Store: state.NewStore(state.Config{}), Certs: issuedCerts{ca}, Metrics: telemetry.NewMetrics(prometheus.NewRegistry()),
+		DNS:      dns.NewResolver(dns.Config{Metrics: dns.NewMetrics(prometheus.NewRegistry())}),
+		DNSAddrs: []netip.AddrPort{netip.AddrPortFrom(netip.MustParseAddr(ip), freeUDPPort(t, ip))},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Listen(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	before := runtime.NumGoroutine()
+	p.Start()
+	const loops = 3 + 2
+	var got int
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if got = runtime.NumGoroutine() - before; got >= loops {
+			break
+		}
+	}
+	time.Sleep(50 * time.Millisecond) // anything else Start began shows by now
+	if got = runtime.NumGoroutine() - before; got != loops {
+		t.Errorf("Start added %d goroutines, want %d: one per loop", got, loops)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := p.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := runtime.NumGoroutine() - before; got > 0 {
+		t.Errorf("%d goroutines left after Shutdown", got)
+	}
 }

@@ -424,7 +424,23 @@ func (p *Proxy) Addrs() map[string]net.Addr {
 // Serve runs the accept loops until Shutdown. It returns after every
 // connection it started has finished.
 func (p *Proxy) Serve() error {
+	p.Start()
+	p.wg.Wait()
+	if p.dns != nil {
+		if err := p.dns.Wait(); err != nil {
+			p.log.Warn("dns proxy failed", "error", err)
+		}
+	}
+	return nil
+}
+
+// Start runs the accept loops until Shutdown, as Serve does, without a
+// goroutine of its own waiting for them: a node of 110 pods in shared
+// mode, whose Shutdown waits for each, needs none per pod. Call it once,
+// after Listen, and only if Serve is not called.
+func (p *Proxy) Start() {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	handlers := map[string]handler{
 		"outbound":  p.handleOutbound,
 		"plaintext": p.handlePlaintext,
@@ -436,15 +452,8 @@ func (p *Proxy) Serve() error {
 		go p.acceptLoop(l, name, handlers[name], p.cfg.Metrics.SocketsOpen(name))
 	}
 	if p.dns != nil {
-		p.wg.Go(func() {
-			if err := p.dns.Serve(); err != nil {
-				p.log.Warn("dns proxy failed", "error", err)
-			}
-		})
+		p.dns.Start()
 	}
-	p.mu.Unlock()
-	p.wg.Wait()
-	return nil
 }
 
 // acceptLoop accepts connections on listener name's l until it is closed;

@@ -40,8 +40,7 @@ type podProxy struct {
 	uid  string
 	info inpod.WorkloadInfo
 	id   identity.Identity
-	p    *proxy.Proxy
-	done chan struct{} // closed when Serve has returned
+	p    *proxy.Proxy // started (Start): Shutdown waits for its loops
 }
 
 func newPods(n *Node) (*pods, error) {
@@ -124,11 +123,8 @@ func (ps *pods) start(uid string, info inpod.WorkloadInfo, ns *netns.Handle) (in
 	if err := p.Listen(context.Background()); err != nil {
 		return nil, err
 	}
-	pp := &podProxy{pods: ps, uid: uid, info: info, id: ps.identity(info), p: p, done: make(chan struct{})}
-	go func() {
-		defer close(pp.done)
-		_ = p.Serve() // Serve returns nil once Shutdown has ended every connection
-	}()
+	pp := &podProxy{pods: ps, uid: uid, info: info, id: ps.identity(info), p: p}
+	p.Start()
 	ps.mu.Lock()
 	ps.running[uid] = pp
 	if ps.ids[pp.id]++; ps.ids[pp.id] == 1 {
@@ -175,8 +171,7 @@ func (ps *pods) identity(info inpod.WorkloadInfo) identity.Identity {
 func (pp *podProxy) Stop() {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_ = pp.p.Shutdown(ctx)
-	<-pp.done
+	_ = pp.p.Shutdown(ctx) // returns once every loop and connection has ended
 	ps := pp.pods
 	ps.mu.Lock()
 	if ps.running[pp.uid] == pp {
