@@ -53,6 +53,7 @@ var allowed = map[string][]string{
 	"internal/workers":   {},
 	"internal/gctest":    {},
 	"internal/hashindex": {},
+	"internal/envconfig": {},
 }
 
 // stdlibOnly packages may import nothing outside the standard library, except

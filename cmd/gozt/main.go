@@ -27,11 +27,11 @@ import (
 	"syscall"
 
 	"github.com/gozt/gozt/cmd/gozt/internal/admin"
-	"github.com/gozt/gozt/cmd/gozt/internal/envconfig"
 	"github.com/gozt/gozt/cmd/gozt/internal/explain"
 	"github.com/gozt/gozt/cmd/gozt/internal/local"
 	"github.com/gozt/gozt/cmd/gozt/internal/logscope"
 	"github.com/gozt/gozt/cmd/gozt/internal/node"
+	"github.com/gozt/gozt/internal/envconfig"
 )
 
 func main() {

@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/gozt/gozt/certs/identity"
-	"github.com/gozt/gozt/cmd/gozt/internal/envconfig"
+	"github.com/gozt/gozt/internal/envconfig"
 )
 
 // TestOwnCertsOnly: a dedicated proxy may hold only its own workload's

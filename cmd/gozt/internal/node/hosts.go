@@ -3,7 +3,7 @@ package node
 import (
 	"log/slog"
 
-	"github.com/gozt/gozt/cmd/gozt/internal/envconfig"
+	"github.com/gozt/gozt/internal/envconfig"
 	"github.com/gozt/gozt/proxy/dns"
 )
 
