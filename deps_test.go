@@ -53,7 +53,7 @@ var allowed = map[string][]string{
 	"internal/workers":   {},
 	"internal/gctest":    {},
 	"internal/hashindex": {},
-	"internal/envconfig": {},
+	"internal/envconfig": {"proxy", "proxy/connmgr", "proxy/dns", "proxy/sockopt", "state", "hbone", "certs"},
 }
 
 // stdlibOnly packages may import nothing outside the standard library, except

@@ -1,6 +1,7 @@
 // Package envconfig reads ztunnel's environment variables (SPEC §0.3) into
 // one Config for `gozt proxy`. Every bad value is an error naming the
-// variable, so start-up stops with one clear line.
+// variable, so start-up stops with one clear line. Config.Proxy then builds
+// each proxy's proxy.Config from it, for every mode (build.go).
 //
 // Only cmd/gozt and the benchmark's gozt role (bench) import it. It lives
 // outside cmd/gozt so that the bench, which may not import cmd, runs a gozt
