@@ -40,7 +40,7 @@ var allowed = map[string][]string{
 		"proxy/inpod", "hbone", "rbac", "certs", "certs/identity", "internal/workers"},
 	"bench": {"proxy", "state", "proxy/relay", "proxy/sockopt", "proxy/inpod", "hbone", "rbac",
 		"certs", "certs/identity", "certs/localca", "xds", "xds/xdsserver", "internal/runner",
-		"proxy/inpod/inpodtest", "certs/istioca/istiocatest"},
+		"proxy/inpod/inpodtest", "certs/istioca/istiocatest", "internal/envconfig"},
 	"tools":              {},
 	"istiod":             {},
 	"internal/nstest":    {},
