@@ -45,7 +45,7 @@ var allowed = map[string][]string{
 		"internal/workers"},
 	"bench": {"proxy", "state", "proxy/relay", "proxy/sockopt", "proxy/netns", "proxy/inpod", "proxy/telemetry", "hbone", "rbac",
 		"certs", "certs/identity", "certs/localca", "xds", "xds/xdsserver", "internal/runner",
-		"proxy/inpod/inpodtest", "certs/istioca/istiocatest"},
+		"proxy/inpod/inpodtest", "certs/istioca/istiocatest", "internal/envconfig"},
 	"tools":              {},
 	"istiod":             {},
 	"internal/nstest":    {"proxy/netns"},
@@ -58,6 +58,8 @@ var allowed = map[string][]string{
 	"internal/workers":   {},
 	"internal/gctest":    {},
 	"internal/hashindex": {},
+	"internal/envconfig": {"proxy", "proxy/admission", "proxy/telemetry", "proxy/connmgr", "proxy/dns", "proxy/netns",
+		"proxy/sockopt", "state", "hbone", "certs"},
 }
 
 // stdlibOnly packages may import nothing outside the standard library, except

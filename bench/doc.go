@@ -40,7 +40,8 @@
 // read from /proc: the harness re-runs its own executable as
 // `<exe> bench --role NAME ...` (cmd/gozt-bench's main passes every
 // argument after "bench" to Run). Roles: "gozt" (gozt's proxy.Proxy per
-// workload, wired as `gozt local` wires it, from a generated local config
+// workload, assembled by envconfig's builder as `gozt proxy` assembles it
+// in an empty environment, from a generated local config
 // and a CA written to a temporary directory; the outbound and inbound workloads run in separate
 // processes, as on two nodes; with --netns PATH, in shared mode, every
 // socket made inside that network namespace through

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"sync"
@@ -16,27 +17,34 @@ import (
 
 	"github.com/gozt/gozt/certs"
 	"github.com/gozt/gozt/certs/localca"
+	"github.com/gozt/gozt/internal/envconfig"
 	"github.com/gozt/gozt/internal/runner"
 	"github.com/gozt/gozt/proxy"
 	"github.com/gozt/gozt/proxy/netns"
-	"github.com/gozt/gozt/proxy/telemetry"
 	"github.com/gozt/gozt/rbac"
 	"github.com/gozt/gozt/state"
 	"github.com/gozt/gozt/xds"
 )
 
 // goztRole runs gozt's data path for some workloads of the bench mesh,
-// wired as `gozt local` wires it (state.Store from the local config, the
-// built-in CA, certs.Manager, one proxy.Proxy per workload on the
-// workload's IP), optionally fed by xDS as well. The harness runs the
-// outbound (client) and inbound (server) workloads in separate processes,
-// as two nodes would.
+// assembled as `gozt proxy` assembles it: the services envconfig's
+// NewServices makes (metrics, admission control, connection manager, DNS
+// and host resolvers, denials, a logger) and one proxy.Proxy per workload
+// from envconfig's builder, with the configuration gozt proxy has in an
+// empty environment (envconfig.Default). What differs is set where the
+// proxies are made (startProxies). The store holds the local config,
+// optionally fed by xDS as well, and the certificates come from the
+// built-in CA. The harness runs the outbound (client) and inbound (server)
+// workloads in separate processes, as two nodes would.
 //
 // With --netns the role runs in shared (in-pod) mode: every listener and
 // every upstream socket of its proxies is made inside that network
 // namespace through proxy.Config.InNetns, as `gozt proxy` does for the pods
 // istio-cni hands it (netns.Handle.Run).
 type goztRole struct {
+	env     envconfig.Config
+	log     *slog.Logger
+	svc     envconfig.Services
 	store   *state.Store
 	certs   *certs.Manager
 	proxies []*proxy.Proxy
@@ -83,7 +91,7 @@ func startGozt(ctx context.Context, args []string) (_ role, err error) {
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
-	g := &goztRole{addrs: map[string]string{}, run: runner.New()}
+	g := &goztRole{addrs: map[string]string{}, run: runner.New(), env: envconfig.Default(), log: benchLogger()}
 	defer func() {
 		if err != nil {
 			g.close()
@@ -94,15 +102,25 @@ func startGozt(ctx context.Context, args []string) (_ role, err error) {
 			return nil, err
 		}
 	}
+	// No memory limit: gozt proxy's is its cgroup's, which a bench process
+	// lacks, and some scenarios run the role with GOGC=off, where memory
+	// admission would shed on a heap that only grows. Descriptor
+	// exhaustion is still watched.
+	g.svc = g.env.NewServices(envconfig.Process{Registry: prometheus.NewRegistry(), Logger: g.log})
 	g.policies = benchPolicies(*policyNS, *policies)
-	if g.store, g.applied, err = loadStore(*cfgPath, g.policies); err != nil {
+	if g.store, g.applied, err = loadStore(*cfgPath, g.policies, g.svc.ConnMgr.Notify); err != nil {
 		return nil, err
 	}
 	ca, err := localca.New(localca.Config{Dir: *caDir})
 	if err != nil {
 		return nil, err
 	}
-	g.certs = certs.NewManager(certs.ManagerConfig{Issuer: ca})
+	g.certs = certs.NewManager(certs.ManagerConfig{Issuer: ca, Logger: g.log.With("scope", "certs")})
+	// Every proxy gets the manager itself, as in gozt local; gozt proxy
+	// hands each a view limited to its own workload's identity
+	// (cmd/gozt's node.ownCerts), one snapshot lookup per certificate
+	// asked for, which the bench does not pay.
+	g.svc.Store, g.svc.Certs = g.store, g.certs
 	if err := g.startProxies(ctx, strings.Split(*uids, ","), *poolMax); err != nil {
 		return nil, err
 	}
@@ -112,20 +130,32 @@ func startGozt(ctx context.Context, args []string) (_ role, err error) {
 		}
 	}
 	g.run.Go("certs", g.certs.Run)
+	g.run.Go("connmgr", g.svc.ConnMgr.Run)
+	g.run.Go("admission", g.svc.Admission.Run)
+	g.run.Go("metrics series", func(ctx context.Context) error { return g.svc.Metrics.SweepSeries(ctx, g.store) })
 	for _, p := range g.proxies {
 		g.run.Go("proxy", func(context.Context) error { return p.Serve() })
 	}
 	return g, nil
 }
 
+// benchLogger is the role's logger: warnings and errors to stderr, which
+// the harness shows when the role fails. gozt proxy logs at info by
+// default, an access line per connection among them; the bench measures
+// the data path without them, as an operator who turns them down runs it.
+func benchLogger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
 // loadStore returns a store holding the local config at path and the
-// policies, applied in one batch, and how long the batch took.
-func loadStore(path string, policies []*rbac.Policy) (*state.Store, time.Duration, error) {
+// policies, applied in one batch, and how long the batch took; notify
+// learns of every update, as the connection manager does in gozt proxy.
+func loadStore(path string, policies []*rbac.Policy, notify func(*state.Snapshot)) (*state.Store, time.Duration, error) {
 	static, err := xds.LoadLocalConfig(path)
 	if err != nil {
 		return nil, 0, err
 	}
-	st := state.NewStore(state.Config{})
+	st := state.NewStore(state.Config{OnUpdate: func(_, next *state.Snapshot) { notify(next) }})
 	start := time.Now()
 	st.Update(func(b *state.Batch) {
 		if err = static.Apply(b); err != nil {
@@ -140,9 +170,10 @@ func loadStore(path string, policies []*rbac.Policy) (*state.Store, time.Duratio
 	return st, time.Since(start), err
 }
 
-// startProxies binds a proxy for each workload of uids.
+// startProxies binds a proxy for each workload of uids, on the workload's
+// IP as `gozt local` binds them (with --netns, that IP inside the pod's
+// namespace), where the harness reaches it through SOCKS5.
 func (g *goztRole) startProxies(ctx context.Context, uids []string, poolMax int) error {
-	metrics := telemetry.NewMetrics(prometheus.NewRegistry())
 	snap := g.store.Snapshot()
 	for _, uid := range uids {
 		if uid == "" {
@@ -153,18 +184,20 @@ func (g *goztRole) startProxies(ctx context.Context, uids []string, poolMax int)
 			return fmt.Errorf("workload %q not in the config", uid)
 		}
 		ip := w.Addresses[0]
-		cfg := proxy.Config{
-			WorkloadUID:    uid,
-			BindAddr:       ip,
-			OutboundSource: ip,
-			Store:          g.store,
-			Certs:          g.certs,
-			Metrics:        metrics,
-			EnableSOCKS5:   true,
-			PoolMaxStreams: poolMax,
-		}
+		work := envconfig.Workload{UID: uid, BindAddr: ip, OutboundSource: ip}
 		if g.netns != nil {
-			cfg.InNetns = g.netns.Enter
+			work.InNetns = g.netns.Enter
+		}
+		cfg := g.env.Proxy(g.svc, work)
+		cfg.EnableSOCKS5 = true // the harness's way in (UNSTABLE_ENABLE_SOCKS5)
+		if g.netns == nil {
+			// Dedicated mode's PACKET_MARK default is none; only shared
+			// mode marks (1337), and SO_MARK needs CAP_NET_ADMIN, which the
+			// scenarios without --netns do not require.
+			cfg.Mark = 0
+		}
+		if poolMax > 0 {
+			cfg.PoolMaxStreams = poolMax
 		}
 		p, err := proxy.New(cfg)
 		if err != nil {
@@ -190,7 +223,9 @@ func (g *goztRole) startXDS(addr, caFile string) error {
 		return errors.New("xds-ca: no certificate")
 	}
 	tlsCfg := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
-	c, err := xds.NewClient(xds.Config{Address: addr, TLS: tlsCfg, Store: g.store, TunePushes: true}) // as gozt proxy
+	c, err := xds.NewClient(xds.Config{ // as gozt proxy
+		Address: addr, TLS: tlsCfg, Store: g.store, TunePushes: true, Logger: g.log.With("scope", "xds"),
+	})
 	if err != nil {
 		return err
 	}

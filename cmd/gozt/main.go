@@ -27,11 +27,11 @@ import (
 	"syscall"
 
 	"github.com/gozt/gozt/cmd/gozt/internal/admin"
-	"github.com/gozt/gozt/cmd/gozt/internal/envconfig"
 	"github.com/gozt/gozt/cmd/gozt/internal/explain"
 	"github.com/gozt/gozt/cmd/gozt/internal/local"
 	"github.com/gozt/gozt/cmd/gozt/internal/logscope"
 	"github.com/gozt/gozt/cmd/gozt/internal/node"
+	"github.com/gozt/gozt/internal/envconfig"
 )
 
 func main() {
@@ -172,14 +172,15 @@ func runLocal(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&opts.AdminAddr, "admin-addr", "127.0.0.1:15000", "admin address (loopback only)")
 	fs.StringVar(&opts.MetricsAddr, "metrics-addr", "127.0.0.1:15020", "Prometheus metrics address")
 	fs.StringVar(&opts.ReadinessAddr, "readiness-addr", "127.0.0.1:15021", "readiness address")
-	fs.StringVar(&opts.Network, "network", os.Getenv("NETWORK"), "this node's network name")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
 	env, err := envconfig.LoadLocal(os.Environ())
 	if err != nil {
 		return err
 	}
+	fs.StringVar(&env.Network, "network", env.Network, "this node's network name")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	opts.Env = &env
 	levels, err := logLevels()
 	if err != nil {
 		return err

@@ -26,14 +26,11 @@ import (
 	"github.com/gozt/gozt/cmd/gozt/internal/admin"
 	"github.com/gozt/gozt/cmd/gozt/internal/explain"
 	"github.com/gozt/gozt/cmd/gozt/internal/logscope"
+	"github.com/gozt/gozt/internal/envconfig"
 	"github.com/gozt/gozt/internal/runner"
 	"github.com/gozt/gozt/proxy"
-	"github.com/gozt/gozt/proxy/admission"
-	"github.com/gozt/gozt/proxy/connmgr"
-	"github.com/gozt/gozt/proxy/dns"
 	"github.com/gozt/gozt/proxy/inpod"
 	"github.com/gozt/gozt/proxy/sockopt"
-	"github.com/gozt/gozt/proxy/telemetry"
 	"github.com/gozt/gozt/state"
 	"github.com/gozt/gozt/xds"
 )
@@ -54,8 +51,10 @@ type Options struct {
 	// AdminAddr, MetricsAddr, ReadinessAddr: if empty 127.0.0.1:15000,
 	// 127.0.0.1:15020 and 127.0.0.1:15021.
 	AdminAddr, MetricsAddr, ReadinessAddr string
-	// Network is this node's network name.
-	Network string
+	// Env is the configuration from the environment (envconfig.LoadLocal,
+	// whose Network main's --network may replace); nil is an empty
+	// environment's.
+	Env *envconfig.Config
 	// IgnoreForwarded ignores the Forwarded for= of waypoints, as ztunnel
 	// does (proxy.Config.IgnoreForwarded; TRUST_WAYPOINT_FORWARDED=false).
 	IgnoreForwarded bool
@@ -80,23 +79,23 @@ type Options struct {
 
 // Mesh is a running local mesh.
 type Mesh struct {
-	opts     Options
-	log      *slog.Logger
-	store    *state.Store
-	static   *xds.LocalConfig
-	ca       *localca.CA
-	certs    *certs.Manager
-	connmgr  *connmgr.Manager
+	opts   Options
+	env    envconfig.Config
+	log    *slog.Logger
+	store  *state.Store
+	static *xds.LocalConfig
+	ca     *localca.CA
+	certs  *certs.Manager
+	// svc are the services every proxy shares (metrics, admission,
+	// connection manager, DNS and host resolvers, denials, certs).
+	svc      envconfig.Services
 	registry *prometheus.Registry
 	proxies  []*proxy.Proxy
-	denials  *telemetry.Denials // every proxy's recent denials, for the live view
 	ready    *admin.Readiness
-	// admission is every proxy's admission control.
-	admission *admission.Controller
-	ports     *admin.Ports
-	echo      *EchoServer
-	quit      chan struct{}
-	quitOnce  sync.Once
+	ports    *admin.Ports
+	echo     *EchoServer
+	quit     chan struct{}
+	quitOnce sync.Once
 
 	run *runner.Runner // the background loops
 }
@@ -104,9 +103,14 @@ type Mesh struct {
 // Start loads the config, binds every listener and starts serving. On error
 // nothing is left running.
 func Start(ctx context.Context, opts Options) (m *Mesh, err error) {
-	m = &Mesh{opts: opts, log: opts.Logger, quit: make(chan struct{}), run: runner.New()}
+	m = &Mesh{opts: opts, log: opts.Logger, quit: make(chan struct{}), run: runner.New(), registry: prometheus.NewRegistry()}
 	if m.log == nil {
 		m.log = slog.New(slog.DiscardHandler)
+	}
+	if opts.Env != nil {
+		m.env = *opts.Env
+	} else if m.env, err = envconfig.LoadLocal(nil); err != nil {
+		return nil, err
 	}
 	if opts.ConfigPath == "" {
 		m.static, err = xds.ParseLocalConfig("demo.yaml", demoConfig)
@@ -116,8 +120,11 @@ func Start(ctx context.Context, opts Options) (m *Mesh, err error) {
 	if err != nil {
 		return nil, err
 	}
-	m.connmgr = connmgr.New(connmgr.Config{Logger: m.log.With("scope", "connmgr")})
-	m.store = state.NewStore(state.Config{OnUpdate: func(_, next *state.Snapshot) { m.connmgr.Notify(next) }})
+	m.svc = m.env.NewServices(envconfig.Process{
+		Registry: m.registry, ResolvConf: opts.ResolvConf, MemoryLimit: opts.MemoryLimit, Logger: m.log,
+	})
+	m.store = state.NewStore(state.Config{OnUpdate: func(_, next *state.Snapshot) { m.svc.ConnMgr.Notify(next) }})
+	m.svc.Store = m.store
 	var applyErr error
 	m.store.Update(func(b *state.Batch) { applyErr = m.static.Apply(b) })
 	if applyErr != nil {
@@ -128,7 +135,7 @@ func Start(ctx context.Context, opts Options) (m *Mesh, err error) {
 		return nil, err
 	}
 	m.certs = certs.NewManager(certs.ManagerConfig{Issuer: m.ca, Logger: m.log.With("scope", "certs")})
-	m.registry = prometheus.NewRegistry()
+	m.svc.Certs = m.certs
 	m.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.registry.MustRegister(admin.BuildInfo("unknown"), admin.NewCertExpiry(m.certs.States))
 	// Local mode runs no xDS client and no workload manager; their series
@@ -140,9 +147,7 @@ func Start(ctx context.Context, opts Options) (m *Mesh, err error) {
 		return nil, err
 	}
 	m.ready = admin.NewReadiness("proxy")
-	m.admission = admission.New(admission.Config{MemoryLimit: opts.MemoryLimit, Logger: m.log.With("scope", "admission")})
-	m.admission.BlockReadiness(m.ready.BlockWhile)
-	m.denials = telemetry.NewDenials(0)
+	m.svc.Admission.BlockReadiness(m.ready.BlockWhile)
 
 	built := m // the named result is nil on an error return; clean up what was built
 	defer func() {
@@ -162,8 +167,8 @@ func Start(ctx context.Context, opts Options) (m *Mesh, err error) {
 		}
 	}
 	m.run.Go("certs", m.certs.Run)
-	m.run.Go("connmgr", m.connmgr.Run)
-	m.run.Go("admission", m.admission.Run)
+	m.run.Go("connmgr", m.svc.ConnMgr.Run)
+	m.run.Go("admission", m.svc.Admission.Run)
 	for _, p := range m.proxies {
 		m.run.Go("proxy "+p.UID(), func(context.Context) error { return p.Serve() })
 	}
@@ -204,7 +209,7 @@ func (m *Mesh) live() admin.LiveInput {
 		in.AddWorkload(snap.WorkloadByUID(p.UID()), "")
 		in.AddConns(p)
 	}
-	in.SetDenials(m.denials)
+	in.SetDenials(m.svc.Denials)
 	st := m.certs.IssuerStatus()
 	if in.CA = admin.NewLink(orDefault(m.opts.CADir, "in memory"), st.OK, st.Since, st.LastError); in.CA.State != admin.LinkDisconnected {
 		in.CA.State = admin.LinkBuiltIn
@@ -227,40 +232,18 @@ func (m *Mesh) workloadState(snap *state.Snapshot) map[string]admin.WorkloadStat
 }
 
 // startProxies creates and binds a proxy for every workload with an IP on
-// this host.
+// this host: its listeners, SOCKS5 and DNS proxy bound to that IP, its
+// outbound sockets from it, standing in for the pod network namespace that
+// gives ztunnel's sockets the pod IP.
 func (m *Mesh) startProxies(ctx context.Context) error {
-	metrics := telemetry.NewMetrics(m.registry)
-	access := m.log.With("scope", "access")
-	resolver := m.newDNSResolver()
-	hosts := m.newHostResolver()
 	for _, w := range m.store.Snapshot().Workloads() {
 		ip, ok := localIP(w)
 		if !ok {
 			continue
 		}
-		p, err := proxy.New(proxy.Config{
-			WorkloadUID:    w.UID,
-			BindAddr:       ip,
-			OutboundSource: ip,
-			Network:        m.opts.Network,
-			Store:          m.store,
-			Certs:          m.certs,
-			Metrics:        metrics,
-			Admission:      m.admission,
-			ConnMgr:        m.connmgr,
-			EnableSOCKS5:   true,
-			DNS:            resolver,
-			DNSAddrs:       []netip.AddrPort{netip.AddrPortFrom(ip, dns.Port)},
-			Hosts:          hosts,
-			Logger:         m.log.With("scope", "proxy"),
-			AccessLog:      access,
-
-			// workloadState and the live view list connections, the
-			// latter with their bytes; the live view shows denials.
-			ListConnections: true,
-			Denials:         m.denials,
-			IgnoreForwarded: m.opts.IgnoreForwarded,
-		})
+		cfg := m.env.Proxy(m.svc, envconfig.Workload{UID: w.UID, BindAddr: ip, OutboundSource: ip})
+		cfg.IgnoreForwarded = m.opts.IgnoreForwarded
+		p, err := proxy.New(cfg)
 		if err != nil {
 			return err
 		}
@@ -273,35 +256,6 @@ func (m *Mesh) startProxies(ctx context.Context) error {
 		return errors.New("local: no workload has an IP on this host; nothing to serve")
 	}
 	return nil
-}
-
-// resolvConf is where local mode finds the upstream DNS servers, unless
-// Options.ResolvConf names another file.
-const resolvConf = "/etc/resolv.conf"
-
-// newHostResolver returns the resolver of endpoints that have a hostname and
-// no IPs (SPEC §3.3), from the same resolv.conf.
-func (m *Mesh) newHostResolver() *dns.HostResolver {
-	cfg, err := dns.ReadHostConfig(orDefault(m.opts.ResolvConf, resolvConf))
-	if err != nil {
-		m.log.Warn("on-demand dns: no upstream servers; hostname endpoints will not resolve", "error", err)
-	}
-	return dns.NewHostResolver(cfg)
-}
-
-// newDNSResolver returns the resolver of every workload's DNS proxy (each
-// on its IP, port 15053): mesh names from the local config with the
-// Kubernetes search domains of the workload's namespace, other names from
-// this host's resolv.conf servers (none if it cannot be read).
-func (m *Mesh) newDNSResolver() *dns.Resolver {
-	rc, err := dns.ReadResolvConf(orDefault(m.opts.ResolvConf, resolvConf))
-	if err != nil {
-		m.log.Warn("dns proxy: no upstream servers; only mesh names will resolve", "error", err)
-	}
-	return dns.NewResolver(dns.Config{
-		Upstreams: rc.Servers, UpstreamTimeout: rc.Timeout, UpstreamAttempts: rc.Attempts,
-		Metrics: dns.NewMetrics(m.registry), Logger: m.log.With("scope", "dns"),
-	})
 }
 
 // localIP returns the first of w's addresses that belongs to this host
@@ -400,7 +354,7 @@ func (m *Mesh) banner() {
 func (m *Mesh) dumpConfig() map[string]any {
 	return map[string]any{
 		"proxyMode":     "local",
-		"network":       m.opts.Network,
+		"network":       m.env.Network,
 		"adminAddr":     m.AdminAddr().String(),
 		"statsAddr":     m.MetricsAddr().String(),
 		"readinessAddr": m.ReadinessAddr().String(),

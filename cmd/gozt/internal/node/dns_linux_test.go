@@ -13,8 +13,8 @@ import (
 	"github.com/miekg/dns"
 	"istio.io/istio/pkg/workloadapi"
 
-	"github.com/gozt/gozt/cmd/gozt/internal/envconfig"
 	"github.com/gozt/gozt/internal/dnstest"
+	"github.com/gozt/gozt/internal/envconfig"
 	"github.com/gozt/gozt/proxy/inpod/inpodtest"
 )
 

@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/gozt/gozt/certs/identity"
-	"github.com/gozt/gozt/cmd/gozt/internal/envconfig"
+	"github.com/gozt/gozt/internal/envconfig"
 )
 
 // TestOwnCertsOnly: a dedicated proxy may hold only its own workload's
@@ -118,7 +118,7 @@ func TestSOCKS5OnLoopbackOnly(t *testing.T) {
 			t.Fatal(err)
 		}
 		n := &Node{opts: Options{Env: env}, log: slog.New(slog.DiscardHandler)}
-		cfg := n.proxyConfig(nil)
+		cfg := n.proxyConfig(envconfig.Workload{})
 		if got := cfg.SOCKS5Addr; got != netip.MustParseAddr("127.0.0.1") || !cfg.EnableSOCKS5 {
 			t.Errorf("%s: SOCKS5 binds %v (enabled %v), want 127.0.0.1", mode, got, cfg.EnableSOCKS5)
 		}

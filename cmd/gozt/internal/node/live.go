@@ -21,7 +21,7 @@ func (n *Node) live() admin.LiveInput {
 		in.AddWorkload(n.findLocal(snap), "")
 		in.AddConns(n.proxy)
 	}
-	in.SetDenials(n.denials)
+	in.SetDenials(n.svc.Denials)
 	if n.xds != nil {
 		st := n.xds.Status()
 		in.XDS = admin.NewLink(env.XDSAddress, st.Connected, st.Since, st.LastError)

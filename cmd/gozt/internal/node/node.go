@@ -27,17 +27,12 @@ import (
 	"github.com/gozt/gozt/certs"
 	"github.com/gozt/gozt/certs/istioca"
 	"github.com/gozt/gozt/cmd/gozt/internal/admin"
-	"github.com/gozt/gozt/cmd/gozt/internal/envconfig"
 	"github.com/gozt/gozt/cmd/gozt/internal/explain"
 	"github.com/gozt/gozt/cmd/gozt/internal/logscope"
-	"github.com/gozt/gozt/hbone"
+	"github.com/gozt/gozt/internal/envconfig"
 	"github.com/gozt/gozt/internal/runner"
 	"github.com/gozt/gozt/proxy"
-	"github.com/gozt/gozt/proxy/admission"
-	"github.com/gozt/gozt/proxy/connmgr"
-	"github.com/gozt/gozt/proxy/dns"
 	"github.com/gozt/gozt/proxy/inpod"
-	"github.com/gozt/gozt/proxy/telemetry"
 	"github.com/gozt/gozt/state"
 	"github.com/gozt/gozt/xds"
 )
@@ -78,20 +73,16 @@ type Options struct {
 
 // Node is a running node proxy.
 type Node struct {
-	opts    Options
-	log     *slog.Logger
-	store   *state.Store
-	certs   *certs.Manager
-	ca      *istioca.Client
-	xds     *xds.Client
-	connmgr *connmgr.Manager
-	metrics *telemetry.Metrics
-	// admission is every proxy's admission control.
-	admission *admission.Controller
-	dns       *dns.Resolver      // or nil when DNS_CAPTURE is off
-	denials   *telemetry.Denials // every proxy's recent denials, for the live view
-	// hosts resolves the hostnames of endpoints without IPs (SPEC §3.3).
-	hosts *dns.HostResolver
+	opts  Options
+	log   *slog.Logger
+	store *state.Store
+	certs *certs.Manager
+	ca    *istioca.Client
+	xds   *xds.Client
+	// svc are the services every proxy shares (metrics, admission,
+	// connection manager, DNS and host resolvers, denials); each proxy's
+	// Certs is a view of certs limited to its own workload (proxyConfig).
+	svc envconfig.Services
 	// proxy is dedicated mode's one proxy; pods are shared mode's.
 	proxy *proxy.Proxy
 	pods  *pods
@@ -120,12 +111,9 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 	}
 	n.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		admin.BuildInfo(opts.Env.IstioVersion))
-	n.metrics = telemetry.NewMetricsWithConfig(n.registry, telemetry.MetricsConfig{
-		SeriesGrace: opts.Env.MetricsSeriesGrace, MaxSeries: opts.Env.MetricsMaxSeries,
+	n.svc = opts.Env.NewServices(envconfig.Process{
+		Registry: n.registry, ResolvConf: opts.ResolvConf, MemoryLimit: opts.MemoryLimit, Logger: n.log,
 	})
-	n.dns = newDNSResolver(opts.Env, orDefault(opts.ResolvConf, "/etc/resolv.conf"),
-		dns.NewMetrics(n.registry), n.log) // the metrics exist with DNS off too
-	n.hosts = newHostResolver(opts.Env, orDefault(opts.ResolvConf, "/etc/resolv.conf"), n.log)
 	// The xDS series read 0 before (or without) an xDS stream; the client
 	// reuses them. Shared mode's inpod.Manager registers the workload
 	// manager series itself; dedicated mode has none, so they read 0.
@@ -137,25 +125,26 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 			return nil, err
 		}
 	}
-	n.denials = telemetry.NewDenials(0)
-	n.connmgr = connmgr.New(connmgr.Config{Logger: n.log.With("scope", "connmgr")})
 	env := opts.Env
 	n.findLocal = func(s *state.Snapshot) *state.Workload {
 		return s.FindWorkload(env.NodeName, env.WorkloadNamespace, env.WorkloadName, env.WorkloadServiceAccount)
 	}
 	var hook *certHook
 	n.store = state.NewStore(state.Config{OnUpdate: func(prev, next *state.Snapshot) {
-		n.connmgr.Notify(next)
+		n.svc.ConnMgr.Notify(next)
 		if hook != nil {
 			hook.update(prev, next)
 		}
 	}})
+	n.svc.Store = n.store
 	if shared {
 		n.ready = admin.NewReadiness(blockState, blockPods)
 	} else {
 		n.ready = admin.NewReadiness(blockState, blockProxy)
 	}
-	n.admission = newAdmission(opts.MemoryLimit, n.ready, n.log)
+	// Readiness fails while new connections are shed for lack of file
+	// descriptors or memory.
+	n.svc.Admission.BlockReadiness(n.ready.BlockWhile)
 	n.run = runner.New()
 	built := n // the named result is nil on an error return; clean up what was built
 	defer func() {
@@ -168,6 +157,9 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 	}
 	if err := n.buildControlPlane(); err != nil {
 		return nil, err
+	}
+	if n.xds != nil {
+		n.svc.Demand = n.xds // used with XDS_ON_DEMAND
 	}
 	if !shared {
 		// Dedicated mode prefetches only its own workload's certificate;
@@ -221,7 +213,7 @@ func (n *Node) buildControlPlane() error {
 	if err != nil {
 		return err
 	}
-	caTLS, err := controlPlaneTLS("CA_ROOT_CA", env.CARootCA, env.CAAddress, env.AltCAHostname, tlsPolicy(env))
+	caTLS, err := controlPlaneTLS("CA_ROOT_CA", env.CARootCA, env.CAAddress, env.AltCAHostname, env.TLSPolicy())
 	if err != nil {
 		return err
 	}
@@ -247,7 +239,7 @@ func (n *Node) buildControlPlane() error {
 		n.ready.Unblock(blockState)
 		return nil
 	}
-	xdsTLS, err := controlPlaneTLS("XDS_ROOT_CA", env.XDSRootCA, env.XDSAddress, env.AltXDSHostname, tlsPolicy(env))
+	xdsTLS, err := controlPlaneTLS("XDS_ROOT_CA", env.XDSRootCA, env.XDSAddress, env.AltXDSHostname, env.TLSPolicy())
 	if err != nil {
 		return err
 	}
@@ -305,11 +297,6 @@ func controlPlaneTLS(name, rootSetting, address, alt string, policy certs.Policy
 	// ztunnel's control plane takes the same versions and key exchanges as
 	// HBONE (TLS12_ENABLED, COMPLIANCE_POLICY).
 	return policy.Apply(istioca.TLSConfig(roots, u.Hostname(), alt)), nil
-}
-
-// tlsPolicy is the TLS policy of env's TLS12_ENABLED and COMPLIANCE_POLICY.
-func tlsPolicy(env envconfig.Config) certs.Policy {
-	return certs.Policy{TLS12: env.TLS12Enabled, PQC: env.CompliancePolicy == envconfig.CompliancePQC}
 }
 
 // rootSource resolves XDS_ROOT_CA / CA_ROOT_CA (SPEC §0.3): an existing
@@ -381,62 +368,13 @@ func (n *Node) startSidePorts(ctx context.Context) (err error) {
 	return err
 }
 
-// proxyConfig is the configuration of a workload proxy serving the
-// workload find returns: dedicated mode's one, or one pod's in shared mode.
-func (n *Node) proxyConfig(find func(*state.Snapshot) *state.Workload) proxy.Config {
-	env := n.opts.Env
-	spoof := proxy.SpoofAuto
-	if env.EnableOrigSrc != nil {
-		spoof = proxy.SpoofOff
-		if *env.EnableOrigSrc {
-			spoof = proxy.SpoofRequired
-		}
-	}
-	var demand state.Demander
-	if env.XDSOnDemand && n.xds != nil {
-		demand = n.xds
-	}
-	return proxy.Config{
-		Local:        find,
-		Network:      env.Network,
-		Store:        n.store,
-		Demand:       demand,
-		Certs:        ownCerts{certs: n.certs, store: n.store, local: find},
-		Metrics:      n.metrics,
-		Admission:    n.admission,
-		ConnMgr:      n.connmgr,
-		EnableSOCKS5: env.EnableSOCKS5,
-		DNS:          n.dns,
-		DNSAddrs:     env.DNSListenAddrs(),
-		Hosts:        n.hosts,
-		// ztunnel binds SOCKS5 to 127.0.0.1 (inside the pod in shared mode),
-		// never to the network.
-		SOCKS5Addr: netip.AddrFrom4([4]byte{127, 0, 0, 1}),
-		HBONE: hbone.Config{
-			StreamWindow: env.StreamWindow, ConnWindow: env.ConnWindow, MaxFrameSize: env.FrameSize,
-		},
-		PoolMaxStreams:  env.PoolMaxStreams,
-		PoolIdleTimeout: env.PoolIdleTimeout,
-		Spoof:           spoof,
-		IgnoreForwarded: !env.TrustWaypointForwarded,
-		NoEarlyData:     !env.EarlyData,
-		// LOCALHOST_APP_TUNNEL (SPEC §2.7).
-		AppTunnelToPodIP: !env.LocalhostAppTunnel,
-		Mark:             env.PacketMark,
-		KeepAlive: &net.KeepAliveConfig{
-			Enable: env.KeepaliveEnabled, Idle: env.KeepaliveTime,
-			Interval: env.KeepaliveInterval, Count: env.KeepaliveRetries,
-		},
-		TLS:               tlsPolicy(env),
-		UserTimeout:       env.UserTimeout(),
-		NoResponseBaggage: !env.ResponseBaggage,
-		AuthzInfoLogging:  env.AuthzPolicyInfoLogging,
-		DNSOnly:           !env.EnableProxy,
-		ListConnections:   true, // workloadState, in every mode
-		Denials:           n.denials,
-		Logger:            n.log.With("scope", "proxy"),
-		AccessLog:         n.log.With("scope", "access"),
-	}
+// proxyConfig is the configuration of a workload proxy serving w:
+// dedicated mode's one, one pod's in shared mode, or the self-proxy. Each
+// gets only its own workload's certificate.
+func (n *Node) proxyConfig(w envconfig.Workload) proxy.Config {
+	svc := n.svc
+	svc.Certs = ownCerts{certs: n.certs, store: n.store, local: w.Local}
+	return n.opts.Env.Proxy(svc, w)
 }
 
 // workloadState is dedicated mode's /config_dump workloadState: its one
@@ -457,51 +395,12 @@ func (n *Node) workloadState(snap *state.Snapshot) map[string]admin.WorkloadStat
 	}}
 }
 
-// newDNSResolver returns the DNS proxy's resolver, or nil when DNS_CAPTURE
-// turns it off. Shared mode strips each pod's Kubernetes search domains,
-// dedicated mode resolv.conf's search list (SPEC §10.1). Without a readable
-// resolv.conf mesh names still resolve and other names answer SERVFAIL.
-func newDNSResolver(env envconfig.Config, resolvConf string, m *dns.Metrics, log *slog.Logger) *dns.Resolver {
-	if !env.DNSCapture {
-		return nil
-	}
-	rc, err := dns.ReadResolvConf(resolvConf)
-	if err != nil {
-		log.Warn("dns proxy: no upstream servers; only mesh names will resolve", "error", err)
-	}
-	cfg := dns.Config{
-		ClusterDomain: env.ClusterDomain, PreferredNamespace: env.PreferredServiceNamespace,
-		DisableIPv6: !env.IPv6Enabled, Upstreams: rc.Servers, UpstreamTimeout: rc.Timeout,
-		UpstreamAttempts: rc.Attempts, Metrics: m, Logger: log.With("scope", "dns"),
-	}
-	if env.ProxyMode == envconfig.ModeDedicated {
-		search := rc.Search
-		cfg.SearchDomains = func(*state.Workload) []string { return search }
-	}
-	return dns.NewResolver(cfg)
-}
-
 // startProxy binds dedicated mode's one proxy in gozt's own network
 // namespace.
 func (n *Node) startProxy(ctx context.Context) error {
-	env := n.opts.Env
-	cfg := n.proxyConfig(n.findLocal)
-	cfg.BindAddr = n.opts.BindAddr
-	if !cfg.BindAddr.IsValid() {
-		cfg.BindAddr = netip.IPv6Unspecified()
-		if !env.IPv6Enabled {
-			cfg.BindAddr = netip.IPv4Unspecified()
-		}
-	} else {
-		// Tests run several dedicated proxies on loopback IPs; each keeps
-		// its SOCKS5 and DNS ports on its own IP.
-		cfg.SOCKS5Addr = cfg.BindAddr
-		if len(cfg.DNSAddrs) > 0 {
-			cfg.DNSAddrs = []netip.AddrPort{netip.AddrPortFrom(cfg.BindAddr, cfg.DNSAddrs[0].Port())}
-		}
-	}
-	cfg.OutboundSource = n.opts.OutboundSource
-	p, err := proxy.New(cfg)
+	p, err := proxy.New(n.proxyConfig(envconfig.Workload{
+		Local: n.findLocal, BindAddr: n.opts.BindAddr, OutboundSource: n.opts.OutboundSource,
+	}))
 	if err != nil {
 		return err
 	}
@@ -523,9 +422,9 @@ func (n *Node) start() {
 	if rootFile(n.opts.Env.CARootCA) != "" {
 		n.run.Go("ca root file", n.watchRoots)
 	}
-	n.run.Go("connmgr", n.connmgr.Run)
-	n.run.Go("admission", n.admission.Run)
-	n.run.Go("metrics series", func(ctx context.Context) error { return n.metrics.SweepSeries(ctx, n.store) })
+	n.run.Go("connmgr", n.svc.ConnMgr.Run)
+	n.run.Go("admission", n.svc.Admission.Run)
+	n.run.Go("metrics series", func(ctx context.Context) error { return n.svc.Metrics.SweepSeries(ctx, n.store) })
 	if n.xds != nil {
 		n.run.Go("xds", n.xds.Run)
 		n.run.Go("xds readiness", func(ctx context.Context) error {
@@ -621,13 +520,4 @@ func orDefault(s, def string) string {
 		return def
 	}
 	return s
-}
-
-// newAdmission returns the admission control of every proxy for the memory
-// limit in force, its conditions registered with ready: readiness fails
-// while new connections are shed for lack of file descriptors or memory.
-func newAdmission(limit int64, ready *admin.Readiness, log *slog.Logger) *admission.Controller {
-	a := admission.New(admission.Config{MemoryLimit: limit, Logger: log.With("scope", "admission")})
-	a.BlockReadiness(ready.BlockWhile)
-	return a
 }

@@ -19,7 +19,7 @@ import (
 
 	"github.com/gozt/gozt/certs/istioca/istiocatest"
 	"github.com/gozt/gozt/certs/localca"
-	"github.com/gozt/gozt/cmd/gozt/internal/envconfig"
+	"github.com/gozt/gozt/internal/envconfig"
 	"github.com/gozt/gozt/internal/workers"
 	"github.com/gozt/gozt/xds/xdstest"
 )

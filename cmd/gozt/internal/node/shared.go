@@ -4,11 +4,11 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"net/netip"
 	"sync"
 
 	"github.com/gozt/gozt/certs/identity"
 	"github.com/gozt/gozt/cmd/gozt/internal/admin"
+	"github.com/gozt/gozt/internal/envconfig"
 	"github.com/gozt/gozt/proxy"
 	"github.com/gozt/gozt/proxy/inpod"
 	"github.com/gozt/gozt/proxy/netns"
@@ -108,15 +108,8 @@ func (ps *pods) start(uid string, info inpod.WorkloadInfo, ns *netns.Handle) (in
 	find := func(s *state.Snapshot) *state.Workload {
 		return s.FindWorkload(env.NodeName, info.Namespace, info.Name, info.ServiceAccount)
 	}
-	cfg := n.proxyConfig(find)
-	cfg.WorkloadUID = uid
-	cfg.InNetns = ns.Enter
-	cfg.ReusePort = env.InpodPortReuse
-	cfg.BindAddr = netip.IPv6Unspecified()
-	if !env.IPv6Enabled {
-		cfg.BindAddr = netip.IPv4Unspecified()
-	}
-	p, err := proxy.New(cfg)
+	// Listeners bind the unspecified address inside the pod's namespace.
+	p, err := proxy.New(n.proxyConfig(envconfig.Workload{UID: uid, Local: find, InNetns: ns.Enter}))
 	if err != nil {
 		return nil, err
 	}
@@ -248,18 +241,10 @@ func (n *Node) selfProxy(ctx context.Context) error {
 	find := func(s *state.Snapshot) *state.Workload {
 		return s.FindWorkload(env.NodeName, env.PodNamespace, env.PodName, env.ServiceAccount)
 	}
-	cfg := n.proxyConfig(find)
-	cfg.WorkloadUID = "self"
+	cfg := n.proxyConfig(envconfig.Workload{UID: "self", Local: find, BindAddr: n.opts.BindAddr})
 	cfg.InboundOnly = true
 	cfg.Spoof = proxy.SpoofOff
 	cfg.ListConnections = false
-	cfg.BindAddr = n.opts.BindAddr
-	if !cfg.BindAddr.IsValid() {
-		cfg.BindAddr = netip.IPv6Unspecified()
-		if !env.IPv6Enabled {
-			cfg.BindAddr = netip.IPv4Unspecified()
-		}
-	}
 	p, err := proxy.New(cfg)
 	if err != nil {
 		return err

@@ -50,14 +50,15 @@ func (pc ProxyConfig) merge(o ProxyConfig) ProxyConfig {
 	return pc
 }
 
-// loadProxyConfig reads the mesh config file at meshPath (absent is fine)
-// and PROXY_CONFIG (empty is fine), as ztunnel does; a file that cannot be
-// read or either source that does not parse fails naming it.
+// loadProxyConfig reads the mesh config file at meshPath (absent, or ""
+// for none, is fine) and PROXY_CONFIG (empty is fine), as ztunnel does; a
+// file that cannot be read or either source that does not parse fails
+// naming it.
 func loadProxyConfig(l *loader, meshPath string) ProxyConfig {
 	var pc ProxyConfig
 	data, err := os.ReadFile(meshPath)
 	switch {
-	case errors.Is(err, fs.ErrNotExist):
+	case meshPath == "", errors.Is(err, fs.ErrNotExist):
 	case err != nil:
 		l.fail("mesh config "+meshPath, "%v", err)
 	default:

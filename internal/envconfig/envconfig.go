@@ -1,6 +1,11 @@
 // Package envconfig reads ztunnel's environment variables (SPEC §0.3) into
 // one Config for `gozt proxy`. Every bad value is an error naming the
-// variable, so start-up stops with one clear line. Only cmd/gozt imports it.
+// variable, so start-up stops with one clear line. Config.Proxy then builds
+// each proxy's proxy.Config from it, for every mode (build.go).
+//
+// Only cmd/gozt and the benchmark's gozt role (bench) import it. It lives
+// outside cmd/gozt so that the bench, which may not import cmd, runs a gozt
+// configured as production's.
 package envconfig
 
 import (
@@ -21,6 +26,8 @@ import (
 const (
 	ModeShared    = "shared"
 	ModeDedicated = "dedicated"
+	// ModeLocal is `gozt local`'s (LoadLocal), never PROXY_MODE's.
+	ModeLocal = "local"
 )
 
 // Config is the resolved configuration of `gozt proxy`.
@@ -355,24 +362,26 @@ func (c *Config) resolveToken(l *loader) {
 	}
 }
 
-// Local is what gozt local reads of gozt proxy's variables.
-type Local struct {
-	DrainDeadline time.Duration // as Config.DrainDeadline
-	LogFormat     string        // as Config.LogFormat
-}
-
-// LoadLocal reads Local from environ by Load's rules, with Load's errors,
-// so that the two modes read a variable alike.
-func LoadLocal(environ []string) (Local, error) {
+// LoadLocal returns the configuration of `gozt local`: Default's, but for
+// the variables local mode reads from environ (NETWORK, LOG_FORMAT and the
+// drain deadline's, by Load's rules and with its errors, so that the two
+// modes read a variable alike) and for local mode's own two defaults:
+// SOCKS5 on, the demo's way in, and no packet mark, as there are no pod
+// iptables rules to skip and local mode runs unprivileged. It reads no
+// other variable.
+func LoadLocal(environ []string) (Config, error) {
 	l := loader{vars: make(map[string]string)}
 	for _, kv := range environ {
 		k, v, _ := strings.Cut(kv, "=")
 		l.vars[k] = v
 	}
-	c := Config{LogFormat: l.str("LOG_FORMAT", "plain")}
+	c := Default()
+	c.ProxyMode, c.EnableSOCKS5, c.PacketMark = ModeLocal, true, 0
+	c.Network = l.str("NETWORK", "")
+	c.LogFormat = l.str("LOG_FORMAT", "plain")
 	c.resolveDrain(&l)
 	c.checkLogFormat(&l)
-	return Local{DrainDeadline: c.DrainDeadline, LogFormat: c.LogFormat}, l.err
+	return c, l.err
 }
 
 func (c *Config) checkLogFormat(l *loader) {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 func TestDefaults(t *testing.T) {
@@ -199,19 +201,25 @@ func TestBadValues(t *testing.T) {
 	}
 }
 
+// local is what TestLoadLocal checks of LoadLocal's Config.
+type local struct {
+	DrainDeadline time.Duration
+	LogFormat     string
+}
+
 // TestLoadLocal: gozt local reads the drain deadline and LOG_FORMAT by
 // Load's rules, with its errors.
 func TestLoadLocal(t *testing.T) {
 	for _, tc := range []struct {
 		deadline, grace, format string
-		want                    Local
+		want                    local
 		wantErr                 string // in the error, "" for none
 	}{
-		{want: Local{5 * time.Second, "plain"}},
-		{deadline: "2s", grace: "30", format: "json", want: Local{2 * time.Second, "json"}},
-		{grace: "30", want: Local{25 * time.Second, "plain"}},
-		{grace: "10", want: Local{9 * time.Second, "plain"}},
-		{grace: "1", want: Local{time.Second, "plain"}},
+		{want: local{5 * time.Second, "plain"}},
+		{deadline: "2s", grace: "30", format: "json", want: local{2 * time.Second, "json"}},
+		{grace: "30", want: local{25 * time.Second, "plain"}},
+		{grace: "10", want: local{9 * time.Second, "plain"}},
+		{grace: "1", want: local{time.Second, "plain"}},
 		{grace: "x", wantErr: "TERMINATION_GRACE_PERIOD_SECONDS"},
 		{deadline: "soon", wantErr: "CONNECTION_TERMINATION_DEADLINE"},
 		{format: "JSON", wantErr: "LOG_FORMAT"},
@@ -220,7 +228,8 @@ func TestLoadLocal(t *testing.T) {
 		if tc.format != "" {
 			env = append(env, "LOG_FORMAT="+tc.format)
 		}
-		got, err := LoadLocal(env)
+		c, err := LoadLocal(env)
+		got := local{c.DrainDeadline, c.LogFormat}
 		switch {
 		case tc.wantErr != "":
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
@@ -229,5 +238,20 @@ func TestLoadLocal(t *testing.T) {
 		case err != nil || got != tc.want:
 			t.Errorf("LoadLocal(%q) = %+v, %v; want %+v", env, got, err, tc.want)
 		}
+	}
+}
+
+// TestLoadLocalDefaults: gozt local runs with gozt proxy's defaults,
+// whatever else environ says, except for NETWORK, SOCKS5 (on) and the
+// packet mark (none).
+func TestLoadLocalDefaults(t *testing.T) {
+	c, err := LoadLocal([]string{"NETWORK=n1", "ENABLE_ORIG_SRC=true", "PACKET_MARK=7", "UNSTABLE_ENABLE_SOCKS5=false"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Default()
+	want.ProxyMode, want.Network, want.EnableSOCKS5, want.PacketMark = ModeLocal, "n1", true, 0
+	if diff := cmp.Diff(want, c); diff != "" {
+		t.Errorf("LoadLocal (-want +got):\n%s", diff)
 	}
 }
