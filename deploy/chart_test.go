@@ -350,12 +350,12 @@ func hasPrefix(name string, prefixes []string) bool {
 }
 
 // goztVariables returns the variable names gozt proxy reads: the
-// upper-case string constants of cmd/gozt/internal/envconfig and
+// upper-case string constants of internal/envconfig and
 // cmd/gozt/main.go, and those ending in "_" as prefixes (ISTIO_META_,
 // XDS_HEADER_, ...).
 func goztVariables(t *testing.T) (names map[string]bool, prefixes []string) {
 	t.Helper()
-	sources, err := filepath.Glob("../cmd/gozt/internal/envconfig/*.go")
+	sources, err := filepath.Glob("../internal/envconfig/*.go")
 	if err != nil {
 		t.Fatal(err)
 	}
