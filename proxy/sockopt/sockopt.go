@@ -62,9 +62,14 @@ type Options struct {
 const dialTimeout = 10 * time.Second
 
 // ListenConfig returns a net.ListenConfig whose Control sets the options o
-// on each listening socket before it binds.
+// on each listening socket before it binds. Its TCP listeners are plain TCP,
+// as ztunnel's are: since Go 1.24 net makes Multipath TCP listeners by
+// default where the kernel allows it, whose sockets support a kernel-
+// dependent subset of the options above (IP_TRANSPARENT, keep-alive) and
+// cost more system calls to make.
 func ListenConfig(o Options) net.ListenConfig {
 	lc := net.ListenConfig{KeepAlive: -1}
+	lc.SetMultipathTCP(false)
 	if o.KeepAlive.Enable {
 		lc.KeepAliveConfig = o.KeepAlive
 	}

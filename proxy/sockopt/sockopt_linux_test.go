@@ -10,7 +10,6 @@ import (
 	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
 
-	"github.com/gozt/gozt/internal/nstest"
 	"github.com/gozt/gozt/proxy/sockopt"
 )
 
@@ -117,6 +116,32 @@ func TestListenConfigReusePort(t *testing.T) {
 	}
 }
 
+// TestListenConfigPlainTCP: the listeners are plain TCP sockets, as
+// ztunnel's are, whatever Go's default (Multipath TCP listeners since Go
+// 1.24, where the kernel has net.mptcp.enabled, as this one may).
+func TestListenConfigPlainTCP(t *testing.T) {
+	for _, o := range []sockopt.Options{{}, {Mark: 0, KeepAlive: net.KeepAliveConfig{Enable: true}}} {
+		lc := sockopt.ListenConfig(o)
+		ln, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rc, err := ln.(*net.TCPListener).SyscallConn()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var proto int
+		var perr error
+		if err := rc.Control(func(fd uintptr) { proto, perr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_PROTOCOL) }); err != nil || perr != nil {
+			t.Fatal(err, perr)
+		}
+		ln.Close()
+		if proto != unix.IPPROTO_TCP {
+			t.Errorf("options %+v: listener protocol %d, want TCP (%d), not MPTCP (%d)", o, proto, unix.IPPROTO_TCP, unix.IPPROTO_MPTCP)
+		}
+	}
+}
+
 func TestIsLocal(t *testing.T) {
 	v6 := hasIPv6Loopback()
 	for _, tc := range []struct {
@@ -161,14 +186,6 @@ func hasIPv6Loopback() bool {
 	}
 	ln.Close()
 	return true
-}
-
-func TestInNetnsBadPath(t *testing.T) {
-	called := false
-	err := nstest.InNetns("/nonexistent/netns", func() error { called = true; return nil })
-	if err == nil || called {
-		t.Errorf("InNetns(missing path) = %v, fn called %v; want an error and no call", err, called)
-	}
 }
 
 // keepAliveOf reads a socket's keep-alive settings: SO_KEEPALIVE,
