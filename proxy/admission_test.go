@@ -54,7 +54,7 @@ func TestAdmissionShedsUnderMemoryPressure(t *testing.T) {
 	logs := &syncbuf.Buffer{}
 	log := slog.New(slog.NewTextHandler(logs, nil))
 	var used atomic.Uint64
-	adm := admission.NewForTest(admission.Config{MemoryLimit: 1000, Interval: 5 * time.Millisecond, Logger: log}, used.Load)
+	adm := admission.New(admission.Config{MemoryLimit: 1000, Interval: 5 * time.Millisecond, Logger: log, ReadMemory: used.Load})
 	ctx, cancel := context.WithCancel(context.Background())
 	ran := make(chan error, 1)
 	go func() { ran <- adm.Run(ctx) }()
@@ -203,7 +203,7 @@ func refused(addr string) error {
 // listener; below the low-water mark the DNS proxy answers over TCP again.
 func TestAdmissionShedsDNSUnderMemoryPressure(t *testing.T) {
 	var used atomic.Uint64
-	adm := admission.NewForTest(admission.Config{MemoryLimit: 1000, Interval: 5 * time.Millisecond}, used.Load)
+	adm := admission.New(admission.Config{MemoryLimit: 1000, Interval: 5 * time.Millisecond, ReadMemory: used.Load})
 	ctx, cancel := context.WithCancel(context.Background())
 	ran := make(chan error, 1)
 	go func() { ran <- adm.Run(ctx) }()

@@ -69,6 +69,10 @@ type Config struct {
 	// Logger receives the state changes and the rate-limited shedding
 	// lines; if nil they are discarded.
 	Logger *slog.Logger
+	// ReadMemory returns the memory in use that MemoryLimit is compared
+	// with; if nil, the process's as the last collection tells
+	// (readMemory). Tests set it to drive the watermarks.
+	ReadMemory func() uint64
 }
 
 // highWater and lowWater are the fractions of the memory limit above which
@@ -99,15 +103,13 @@ const gcWhileShedding = time.Second
 
 // New returns a Controller; Run samples the memory.
 func New(cfg Config) *Controller {
-	return NewForTest(cfg, readMemory)
-}
-
-// NewForTest returns a Controller whose Run samples read instead of the
-// process's memory.
-func NewForTest(cfg Config, read func() uint64) *Controller {
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
+	}
+	read := cfg.ReadMemory
+	if read == nil {
+		read = readMemory
 	}
 	return &Controller{cfg: cfg, log: log, read: read}
 }
