@@ -245,8 +245,11 @@ func ListenReadiness(ctx context.Context, addr string, r *Readiness) (*Server, e
 	return listen(ctx, addr, mux)
 }
 
+// listen serves h on addr, a plain TCP listener as ztunnel's (not Go's
+// default Multipath TCP, as for the proxies' listeners: sockopt.ListenConfig).
 func listen(ctx context.Context, addr string, h http.Handler) (*Server, error) {
 	var lc net.ListenConfig
+	lc.SetMultipathTCP(false)
 	ln, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("admin: listen %s: %w", addr, err)
