@@ -135,3 +135,30 @@ func TestStartRunsOnlyTheLoops(t *testing.T) {
 		t.Errorf("%d goroutines left after Shutdown", got)
 	}
 }
+
+// TestInboundOnly: with InboundOnly (the self-proxy of dedicated and shared
+// mode) a proxy binds 15008 alone, and no DNS proxy.
+func TestInboundOnly(t *testing.T) {
+	const ip = "127.88.252.5"
+	ca, err := localca.New(localca.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(Config{
+		WorkloadUID: "c//Pod/ns/server", BindAddr: netip.MustParseAddr(ip), InboundOnly: true, EnableSOCKS5: true,
+		Store: state.NewStore(state.Config{}), Certs: issuedCerts{ca}, Metrics: telemetry.NewMetrics(prometheus.NewRegistry()),
+		DNS:      dns.NewResolver(dns.Config{Metrics: dns.NewMetrics(prometheus.NewRegistry())}),
+		DNSAddrs: []netip.AddrPort{netip.AddrPortFrom(netip.MustParseAddr(ip), freeUDPPort(t, ip))},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Listen(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer p.Shutdown(context.Background())
+	addrs := p.Addrs()
+	if in, ok := addrs["inbound"].(*net.TCPAddr); len(addrs) != 1 || !ok || in.Port != InboundPort {
+		t.Errorf("InboundOnly listeners %v, want %s:%d alone", addrs, ip, InboundPort)
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"net"
 	"net/netip"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -329,7 +330,7 @@ func (p *Proxy) Listen(ctx context.Context) (err error) {
 	}
 	switch {
 	case p.cfg.InboundOnly:
-		specs = specs[2:3]
+		specs = slices.DeleteFunc(specs, func(s spec) bool { return s.name != "inbound" })
 	case p.cfg.DNSOnly:
 		specs = nil
 	}
