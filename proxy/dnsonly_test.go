@@ -117,14 +117,13 @@ func TestStartRunsOnlyTheLoops(t *testing.T) {
 	before, _ := proxyGoroutines()
 	p.Start()
 	const loops = 3 + 2
-	var got, gotLoops int
 	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if got, gotLoops = proxyGoroutines(); got-before >= loops {
+		if got, _ := proxyGoroutines(); got-before >= loops {
 			break
 		}
 	}
 	time.Sleep(50 * time.Millisecond) // anything else Start began shows by now
-	if got, gotLoops = proxyGoroutines(); got-before != loops || gotLoops != loops {
+	if got, gotLoops := proxyGoroutines(); got-before != loops || gotLoops != loops {
 		t.Errorf("Start added %d goroutines running proxy code, %d of them accept or read loops; want %d, all loops", got-before, gotLoops, loops)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
