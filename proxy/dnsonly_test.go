@@ -24,10 +24,6 @@ import (
 // (here a Func that counts its calls and runs in the test's own).
 func TestDNSOnly(t *testing.T) {
 	const ip = "127.88.252.3"
-	ca, err := localca.New(localca.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, tc := range []struct {
 		dnsOnly bool
 		want    int // TCP listeners
@@ -35,24 +31,14 @@ func TestDNSOnly(t *testing.T) {
 		{false, 3},
 		{true, 0},
 	} {
-		dnsAddr := netip.AddrPortFrom(netip.MustParseAddr(ip), freeUDPPort(t, ip))
 		entries := 0
-		p, err := New(Config{
-			InNetns: func(fn func(leave func() error) error) error {
+		p, dnsAddr := listenWithDNS(t, ip, func(c *Config) {
+			c.DNSOnly = tc.dnsOnly
+			c.InNetns = func(fn func(leave func() error) error) error {
 				entries++
 				return fn(func() error { return nil })
-			},
-			WorkloadUID: "c//Pod/ns/server", BindAddr: netip.MustParseAddr(ip), DNSOnly: tc.dnsOnly,
-			Store: state.NewStore(state.Config{}), Certs: issuedCerts{ca}, Metrics: telemetry.NewMetrics(prometheus.NewRegistry()),
-			DNS:      dns.NewResolver(dns.Config{Metrics: dns.NewMetrics(prometheus.NewRegistry())}),
-			DNSAddrs: []netip.AddrPort{dnsAddr},
+			}
 		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := p.Listen(context.Background()); err != nil {
-			t.Fatal(err)
-		}
 		if entries != 1 {
 			t.Errorf("DNSOnly=%v: Listen entered the namespace %d times, want once for all its sockets", tc.dnsOnly, entries)
 		}
@@ -81,6 +67,34 @@ func TestDNSOnly(t *testing.T) {
 	}
 }
 
+// listenWithDNS returns a proxy of a workload at ip with a DNS proxy on a
+// free port of ip (its address), changed by mod if not nil, and listening.
+func listenWithDNS(t *testing.T, ip string, mod func(*Config)) (*Proxy, netip.AddrPort) {
+	t.Helper()
+	ca, err := localca.New(localca.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dnsAddr := netip.AddrPortFrom(netip.MustParseAddr(ip), freeUDPPort(t, ip))
+	cfg := Config{
+		WorkloadUID: "c//Pod/ns/server", BindAddr: netip.MustParseAddr(ip),
+		Store: state.NewStore(state.Config{}), Certs: issuedCerts{ca}, Metrics: telemetry.NewMetrics(prometheus.NewRegistry()),
+		DNS:      dns.NewResolver(dns.Config{Metrics: dns.NewMetrics(prometheus.NewRegistry())}),
+		DNSAddrs: []netip.AddrPort{dnsAddr},
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	p, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Listen(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return p, dnsAddr
+}
+
 // freeUDPPort returns a UDP port free on ip, and most likely on TCP too.
 func freeUDPPort(t *testing.T, ip string) uint16 {
 	t.Helper()
@@ -97,23 +111,7 @@ func freeUDPPort(t *testing.T, ip string) uint16 {
 // sockets) and none that only waits, as a node of 110 pods needs; Shutdown
 // ends them all.
 func TestStartRunsOnlyTheLoops(t *testing.T) {
-	const ip = "127.88.252.4"
-	ca, err := localca.New(localca.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := New(Config{
-		WorkloadUID: "c//Pod/ns/server", BindAddr: netip.MustParseAddr(ip),
-		Store: state.NewStore(state.Config{}), Certs: issuedCerts{ca}, Metrics: telemetry.NewMetrics(prometheus.NewRegistry()),
-		DNS:      dns.NewResolver(dns.Config{Metrics: dns.NewMetrics(prometheus.NewRegistry())}),
-		DNSAddrs: []netip.AddrPort{netip.AddrPortFrom(netip.MustParseAddr(ip), freeUDPPort(t, ip))},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Listen(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	p, _ := listenWithDNS(t, "127.88.252.4", nil)
 	before, _ := proxyGoroutines()
 	p.Start()
 	const loops = 3 + 2
@@ -160,22 +158,7 @@ func proxyGoroutines() (total, loops int) {
 // mode) a proxy binds 15008 alone, and no DNS proxy.
 func TestInboundOnly(t *testing.T) {
 	const ip = "127.88.252.5"
-	ca, err := localca.New(localca.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := New(Config{
-		WorkloadUID: "c//Pod/ns/server", BindAddr: netip.MustParseAddr(ip), InboundOnly: true, EnableSOCKS5: true,
-		Store: state.NewStore(state.Config{}), Certs: issuedCerts{ca}, Metrics: telemetry.NewMetrics(prometheus.NewRegistry()),
-		DNS:      dns.NewResolver(dns.Config{Metrics: dns.NewMetrics(prometheus.NewRegistry())}),
-		DNSAddrs: []netip.AddrPort{netip.AddrPortFrom(netip.MustParseAddr(ip), freeUDPPort(t, ip))},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Listen(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	p, _ := listenWithDNS(t, ip, func(c *Config) { c.InboundOnly, c.EnableSOCKS5 = true, true })
 	defer p.Shutdown(context.Background())
 	addrs := p.Addrs()
 	if in, ok := addrs["inbound"].(*net.TCPAddr); len(addrs) != 1 || !ok || in.Port != InboundPort {
