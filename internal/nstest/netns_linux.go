@@ -122,3 +122,18 @@ func CheckSocketNetns(c syscall.Conn, want uint64) error {
 	}
 	return nil
 }
+
+// SocketProtocol returns c's socket's protocol (SO_PROTOCOL): IPPROTO_TCP
+// for a plain TCP socket, IPPROTO_MPTCP for a Multipath TCP one.
+func SocketProtocol(c syscall.Conn) (int, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var proto int
+	var perr error
+	if err := rc.Control(func(fd uintptr) { proto, perr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_PROTOCOL) }); err != nil {
+		return 0, err
+	}
+	return proto, perr
+}

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
 
+	"github.com/gozt/gozt/internal/nstest"
 	"github.com/gozt/gozt/proxy/sockopt"
 )
 
@@ -120,20 +121,15 @@ func TestListenConfigReusePort(t *testing.T) {
 // ztunnel's are, whatever Go's default (Multipath TCP listeners since Go
 // 1.24, where the kernel has net.mptcp.enabled, as this one may).
 func TestListenConfigPlainTCP(t *testing.T) {
-	for _, o := range []sockopt.Options{{}, {Mark: 0, KeepAlive: net.KeepAliveConfig{Enable: true}}} {
+	for _, o := range []sockopt.Options{{}, {KeepAlive: net.KeepAliveConfig{Enable: true}}} {
 		lc := sockopt.ListenConfig(o)
 		ln, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
-		rc, err := ln.(*net.TCPListener).SyscallConn()
+		proto, err := nstest.SocketProtocol(ln.(*net.TCPListener))
 		if err != nil {
 			t.Fatal(err)
-		}
-		var proto int
-		var perr error
-		if err := rc.Control(func(fd uintptr) { proto, perr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_PROTOCOL) }); err != nil || perr != nil {
-			t.Fatal(err, perr)
 		}
 		ln.Close()
 		if proto != unix.IPPROTO_TCP {

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/gozt/gozt/internal/nstest"
 	"golang.org/x/sys/unix"
 )
 
@@ -16,14 +17,9 @@ func TestListenPlainTCP(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Shutdown(t.Context())
-	rc, err := s.ln.(*net.TCPListener).SyscallConn()
+	proto, err := nstest.SocketProtocol(s.ln.(*net.TCPListener))
 	if err != nil {
 		t.Fatal(err)
-	}
-	var proto int
-	var perr error
-	if err := rc.Control(func(fd uintptr) { proto, perr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_PROTOCOL) }); err != nil || perr != nil {
-		t.Fatal(err, perr)
 	}
 	if proto != unix.IPPROTO_TCP {
 		t.Errorf("admin listener protocol %d, want TCP (%d), not MPTCP (%d)", proto, unix.IPPROTO_TCP, unix.IPPROTO_MPTCP)
