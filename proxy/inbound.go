@@ -318,11 +318,8 @@ func (p *Proxy) canBind(ip netip.Addr) bool {
 
 // isLocal reports whether ip is an address of the proxy's network namespace.
 func (p *Proxy) isLocal(ip netip.Addr) bool {
-	if p.cfg.InNetns == nil {
-		return sockopt.IsLocal(ip)
-	}
 	local := false
-	_ = p.cfg.InNetns.Run(func() error {
+	_ = p.inNetns(func() error {
 		local = sockopt.IsLocal(ip)
 		return nil
 	})
