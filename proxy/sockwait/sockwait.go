@@ -28,9 +28,10 @@
 //     that never parked does) or never will (then the loop is over and
 //     nobody else will end it).
 //
-// Its loop is one goroutine per process, started at the first Park; its
-// epoll descriptor is non-blocking and waited on through the runtime's
-// poller, so no thread is held. The same mechanism keeps idle relay
+// Its loop is one goroutine per process, started at the first Park and
+// ended when no socket is watched any more; its epoll descriptor is
+// non-blocking and waited on through the runtime's poller, so no thread is
+// held. The same mechanism keeps idle relay
 // directions without goroutines (proxy/relay's Poller), per proxy.
 package sockwait
 
@@ -47,6 +48,7 @@ type Set struct {
 	closed bool
 	slots  []*Watch // by slot, nil when free
 	free   []int32
+	inUse  int // slots not free
 	gen    uint32
 }
 
@@ -54,7 +56,8 @@ type Set struct {
 // the first Park.
 func New() *Set { return &Set{} }
 
-// Watch is one socket's place in a Set. Its zero value is not usable.
+// Watch is one socket's place in a Set; its fields are guarded by the Set's
+// mu. Its zero value is not usable; a nil *Watch parks nothing.
 type Watch struct {
 	set   *Set
 	rc    syscall.RawConn
@@ -76,10 +79,10 @@ func (s *Set) Watch(rc syscall.RawConn) *Watch {
 // unparked, a system call's failure), wake never runs, and the caller goes
 // on waiting on its own goroutine. A Watch holds at most one Park at a time.
 func (w *Watch) Park(wake func()) bool {
-	s := w.set
-	if s == nil || !supported {
+	if w == nil || w.set == nil || !supported {
 		return false
 	}
+	s := w.set
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed || w.done || w.wake != nil || !s.startLocked() {
@@ -91,6 +94,7 @@ func (w *Watch) Park(wake func()) bool {
 	if err := s.ep.arm(w); err != nil {
 		if !w.added {
 			s.removeLocked(w)
+			s.retireIfIdleLocked()
 		}
 		return false
 	}
@@ -105,10 +109,10 @@ func (w *Watch) Park(wake func()) bool {
 // It reports false if nothing was parked or the wake has started: the woken
 // goroutine owns the socket's wait.
 func (w *Watch) Unpark() bool {
-	s := w.set
-	if s == nil {
+	if w == nil || w.set == nil {
 		return false
 	}
+	s := w.set
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	w.done = true
@@ -121,7 +125,18 @@ func (w *Watch) Unpark() bool {
 	if w.slot >= 0 {
 		s.removeLocked(w)
 	}
+	s.retireIfIdleLocked()
 	return pending
+}
+
+// retireIfIdleLocked closes the epoll set, which ends the loop, when no
+// socket is watched: until the next Park, a process (or a test) whose
+// proxies have all shut down holds neither.
+func (s *Set) retireIfIdleLocked() {
+	if s.inUse == 0 && s.ep != nil && !s.closed {
+		_ = s.ep.close()
+		s.ep = nil
+	}
 }
 
 // Close stops the Set: every pending wake runs now, on its own goroutine,
@@ -157,6 +172,7 @@ func (s *Set) handBackLocked() {
 
 // addLocked gives w a slot and a new generation.
 func (s *Set) addLocked(w *Watch) {
+	s.inUse++
 	s.gen++
 	w.gen = s.gen
 	if n := len(s.free); n > 0 {
@@ -171,6 +187,7 @@ func (s *Set) addLocked(w *Watch) {
 
 // removeLocked frees w's slot.
 func (s *Set) removeLocked(w *Watch) {
+	s.inUse--
 	s.slots[w.slot] = nil
 	s.free = append(s.free, w.slot)
 	w.slot = -1

@@ -104,9 +104,10 @@ func (ep *epollSet) ctl(op, fd int, ev *unix.EpollEvent) error {
 
 func (ep *epollSet) close() error { return ep.f.Close() }
 
-// loop is the Set's goroutine: it waits for events and starts the wakes
-// they are for. It ends when the set is closed (Close); if the set fails
-// otherwise, the Set closes and every parked loop goes back to a goroutine.
+// loop is the Set's goroutine: it waits for events on ep and starts the
+// wakes they are for. It ends when ep is closed (Close, or Unpark of the
+// last watch); if ep fails otherwise, the Set closes and every parked loop
+// goes back to a goroutine.
 func (s *Set) loop(ep *epollSet) {
 	var evs [64]unix.EpollEvent
 	for {
@@ -121,6 +122,10 @@ func (s *Set) loop(ep *epollSet) {
 			}
 		})
 		s.mu.Lock()
+		if s.ep != ep {
+			s.mu.Unlock()
+			return // retired: the Set has no watch, or a set of its own
+		}
 		if err != nil || werr != nil {
 			if !s.closed {
 				s.closed = true

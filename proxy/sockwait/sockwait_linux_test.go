@@ -1,6 +1,7 @@
 package sockwait_test
 
 import (
+	"fmt"
 	"net"
 	"runtime"
 	"strings"
@@ -249,9 +250,7 @@ func TestManySocketsOneGoroutine(t *testing.T) {
 			t.Fatalf("Park %d = false", i)
 		}
 	}
-	if got := loops(); got != 1 {
-		t.Fatalf("%d goroutines in sockwait's loop, want 1", got)
-	}
+	waitLoops(t, s, 1)
 	for _, l := range ls {
 		dial(t, l)
 	}
@@ -269,11 +268,22 @@ func TestManySocketsOneGoroutine(t *testing.T) {
 	}
 }
 
-// loops counts the goroutines running a Set's loop.
-func loops() int {
+// waitLoops waits up to 5 s for loops(s) to be n: a goroutine just started
+// may not show in a stack dump yet.
+func waitLoops(t *testing.T, s *sockwait.Set, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); loops(s) != n; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines in s's loop, want %d", loops(s), n)
+		}
+	}
+}
+
+// loops counts the goroutines running s's loop.
+func loops(s *sockwait.Set) int {
 	buf := make([]byte, 1<<20)
 	buf = buf[:runtime.Stack(buf, true)]
-	return strings.Count(string(buf), "sockwait.(*Set).loop(")
+	return strings.Count(string(buf), fmt.Sprintf("sockwait.(*Set).loop(%p", s))
 }
 
 // TestSlotReuseDropsStaleEvents unparks a watch and parks another socket
@@ -299,4 +309,30 @@ func TestSlotReuseDropsStaleEvents(t *testing.T) {
 	notWoken(t, ch2)
 	dial(t, l2)
 	woken(t, ch2)
+}
+
+// TestRetiresWhenNothingIsWatched: once every watch is unparked the Set's
+// goroutine ends; the next Park starts it again and still wakes.
+func TestRetiresWhenNothingIsWatched(t *testing.T) {
+	s := newSet(t)
+	_, rc1 := listen(t)
+	l2, rc2 := listen(t)
+	w1, w2 := s.Watch(rc1), s.Watch(rc2)
+	wake, ch := waker()
+	if !w1.Park(wake) || !w2.Park(wake) {
+		t.Fatal("Park = false")
+	}
+	waitLoops(t, s, 1)
+	w1.Unpark()
+	if got := loops(s); got != 1 {
+		t.Fatalf("%d loops with one watch left, want 1", got)
+	}
+	w2.Unpark()
+	waitLoops(t, s, 0)
+	w3 := s.Watch(rc2)
+	if !w3.Park(wake) {
+		t.Fatal("Park after the retirement = false")
+	}
+	dial(t, l2)
+	woken(t, ch)
 }
