@@ -42,7 +42,7 @@ var allowed = map[string][]string{
 	"deploy":                        {},
 	"deploy/image":                  {},
 	"proxy": {"state", "proxy/relay", "proxy/sockopt", "proxy/netns", "proxy/connmgr", "proxy/dns",
-		"proxy/inpod", "proxy/admission", "proxy/telemetry", "hbone", "rbac", "certs", "certs/identity",
+		"proxy/inpod", "proxy/admission", "proxy/telemetry", "proxy/sockwait", "hbone", "rbac", "certs", "certs/identity",
 		"internal/workers"},
 	"bench": {"proxy", "state", "proxy/relay", "proxy/sockopt", "proxy/netns", "proxy/inpod", "proxy/telemetry", "hbone", "rbac",
 		"certs", "certs/identity", "certs/localca", "xds", "xds/xdsserver", "internal/runner",
@@ -60,7 +60,7 @@ var allowed = map[string][]string{
 	"internal/gctest":    {},
 	"internal/hashindex": {},
 	"internal/envconfig": {"proxy", "proxy/admission", "proxy/telemetry", "proxy/connmgr", "proxy/dns", "proxy/netns",
-		"proxy/sockopt", "state", "hbone", "certs"},
+		"proxy/sockopt", "proxy/sockwait", "state", "hbone", "certs"},
 }
 
 // stdlibOnly packages may import nothing outside the standard library, except

@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -33,6 +34,7 @@ import (
 	"github.com/gozt/gozt/proxy/netns"
 	"github.com/gozt/gozt/proxy/relay"
 	"github.com/gozt/gozt/proxy/sockopt"
+	"github.com/gozt/gozt/proxy/sockwait"
 	"github.com/gozt/gozt/proxy/telemetry"
 	"github.com/gozt/gozt/state"
 )
@@ -118,6 +120,12 @@ type Config struct {
 	// admission); every proxy of the process shares one. Nil admits every
 	// connection.
 	Admission *admission.Controller
+	// Sockets, if non-nil, parks each listener no connection has come to for
+	// acceptIdle, so that an idle listener holds no goroutine: its accept
+	// loop returns and the Set starts it again when a connection comes
+	// (package sockwait; issue 40). Every proxy of the process shares one.
+	// Nil: each listener's accept loop waits on its goroutine.
+	Sockets *sockwait.Set
 	// EnableSOCKS5 opens the SOCKS5 listener (15080).
 	EnableSOCKS5 bool
 	// DNS, if non-nil, runs the workload's DNS proxy on DNSAddrs (UDP and
@@ -228,6 +236,7 @@ type Proxy struct {
 
 	mu        sync.Mutex
 	listeners map[string]net.Listener // by name: outbound, plaintext, inbound, socks5
+	acceptors []*acceptor             // their accept loops, made by Start
 	// conns holds the accepted connections, for drain and force close, each
 	// with the istio_tcp_sockets_open gauge of its reporter.
 	conns map[net.Conn]prometheus.Gauge
@@ -449,30 +458,66 @@ func (p *Proxy) Start() {
 		"socks5":    p.handleSOCKS5,
 	}
 	for name, l := range p.listeners {
-		p.wg.Add(1)
-		go p.acceptLoop(l, name, handlers[name], p.cfg.Metrics.SocketsOpen(name))
+		a := &acceptor{p: p, name: name, handle: handlers[name], open: p.cfg.Metrics.SocketsOpen(name), admitted: p.admitting(l, name)}
+		a.wake = a.loop
+		if p.cfg.Sockets != nil {
+			if rc, err := l.(syscall.Conn).SyscallConn(); err == nil {
+				a.watch = p.cfg.Sockets.Watch(rc)
+				a.admitted.Idle = acceptIdle
+			}
+		}
+		p.acceptors = append(p.acceptors, a)
+		p.wg.Add(1) // the loop's, parked or not, until it ends
+		if !a.watch.Park(a.wake) {
+			go a.loop()
+		}
 	}
 	if p.dns != nil {
 		p.dns.Start()
 	}
 }
 
-// acceptLoop accepts connections on listener name's l until it is closed;
-// open counts them while they are open.
-func (p *Proxy) acceptLoop(l net.Listener, name string, handle handler, open prometheus.Gauge) {
-	defer p.wg.Done()
-	admitted := p.admitting(l, name)
+// acceptIdle is how long an accept loop waits for a connection before it
+// parks its listener in Config.Sockets. A listener starts parked.
+var acceptIdle = time.Second
+
+// acceptor is one listener's accept loop. It runs on a goroutine while
+// connections come and is parked in Config.Sockets (watch) while none
+// does; either way it holds one unit of the proxy's wait group until its
+// listener is closed.
+type acceptor struct {
+	p        *Proxy
+	name     string
+	handle   handler
+	open     prometheus.Gauge // counts the connections open
+	admitted *admission.Listener
+	watch    *sockwait.Watch // nil without Config.Sockets
+	wake     func()          // loop, made once
+}
+
+// loop accepts connections until the listener is closed, or parks it once
+// it is idle (admission.ErrIdle) and returns, still holding its unit of
+// the wait group, which the next wake's loop, or closeListeners, releases.
+func (a *acceptor) loop() {
+	p := a.p
 	for {
-		c, err := admitted.Accept()
+		c, err := a.admitted.Accept()
+		if errors.Is(err, admission.ErrIdle) {
+			if a.watch.Park(a.wake) {
+				return
+			}
+			continue // the Set or the listener is closed: wait here
+		}
 		if err != nil {
+			p.wg.Done()
 			return // closed: admission.Listener handles every other failure
 		}
-		if !p.track(c, open) {
+		if !p.track(c, a.open) {
 			c.Close()
 			continue
 		}
 		p.wg.Add(1)
-		workers.Default.Go(func() { p.runHandler(c, name, handle) })
+		workers.Default.Go(func() { p.runHandler(c, a.name, a.handle) })
 	}
 }
 
@@ -579,9 +624,16 @@ func (p *Proxy) forget(c net.Conn) {
 	p.mu.Unlock()
 }
 
+// closeListeners closes every listener. One whose loop is parked has no
+// goroutine to see the close: its unit of the wait group is released here.
 func (p *Proxy) closeListeners() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	for _, a := range p.acceptors {
+		if a.watch.Unpark() {
+			p.wg.Done()
+		}
+	}
 	for _, l := range p.listeners {
 		l.Close()
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/gozt/gozt/proxy/connmgr"
 	"github.com/gozt/gozt/proxy/dns"
 	"github.com/gozt/gozt/proxy/netns"
+	"github.com/gozt/gozt/proxy/sockwait"
 	"github.com/gozt/gozt/proxy/telemetry"
 	"github.com/gozt/gozt/state"
 )
@@ -51,6 +52,12 @@ type Services struct {
 	// Demand fetches an address the store lacks from the control plane
 	// (the xDS client), or nil. Proxies use it only with XDS_ON_DEMAND.
 	Demand state.Demander
+	// Sockets parks the proxies' idle listeners, so that an idle pod's
+	// listeners hold no goroutine (proxy.Config.Sockets); nil does not.
+	// NewServices makes one in shared mode only, whose process serves
+	// every pod of the node; a process of one proxy would gain a few KB
+	// for a wake per connection after each idle second.
+	Sockets *sockwait.Set
 	// Logger receives the proxies' logs (scope "proxy") and access lines
 	// (scope "access"); nil discards them.
 	Logger *slog.Logger
@@ -76,7 +83,8 @@ type Process struct {
 // NewServices returns the services the environment configures: the
 // traffic metrics, the DNS proxy's resolver (nil with DNS_CAPTURE off, its
 // metrics registered all the same), the host resolver, admission control,
-// the connection manager and the denials record. Store, Certs and Demand
+// the connection manager, the denials record and, in shared mode, the set
+// where idle listeners park. Store, Certs and Demand
 // are the caller's to set; so is running the connection manager, admission
 // control and the metrics sweep.
 func (c Config) NewServices(p Process) Services {
@@ -85,6 +93,10 @@ func (c Config) NewServices(p Process) Services {
 		log = slog.New(slog.DiscardHandler)
 	}
 	resolvConf := orDefault(p.ResolvConf, "/etc/resolv.conf")
+	var sockets *sockwait.Set
+	if c.ProxyMode == ModeShared {
+		sockets = sockwait.New()
+	}
 	return Services{
 		Metrics: telemetry.NewMetricsWithConfig(p.Registry, telemetry.MetricsConfig{
 			SeriesGrace: c.MetricsSeriesGrace, MaxSeries: c.MetricsMaxSeries,
@@ -94,6 +106,7 @@ func (c Config) NewServices(p Process) Services {
 		Admission: admission.New(admission.Config{MemoryLimit: p.MemoryLimit, Logger: log.With("scope", "admission")}),
 		ConnMgr:   connmgr.New(connmgr.Config{Logger: log.With("scope", "connmgr")}),
 		Denials:   telemetry.NewDenials(0),
+		Sockets:   sockets,
 		Logger:    log,
 	}
 }
@@ -166,7 +179,7 @@ func (c Config) Proxy(s Services, w Workload) proxy.Config {
 		ReusePort: w.InNetns != nil && c.InpodPortReuse,
 		Network:   c.Network,
 		Store:     s.Store, Certs: s.Certs, Metrics: s.Metrics, Admission: s.Admission, ConnMgr: s.ConnMgr,
-		DNS: s.DNS, Hosts: s.Hosts, Denials: s.Denials,
+		DNS: s.DNS, Hosts: s.Hosts, Denials: s.Denials, Sockets: s.Sockets,
 		// workloadState and the live view list every mode's connections.
 		ListConnections: true,
 		EnableSOCKS5:    c.EnableSOCKS5,

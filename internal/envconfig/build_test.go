@@ -224,3 +224,19 @@ func TestDefault(t *testing.T) {
 		t.Errorf("Default() = %+v, want %+v", got, want)
 	}
 }
+
+// TestSocketsInSharedModeOnly: the set where idle listeners park is made
+// for shared mode, whose process serves every pod of the node, and handed
+// to its proxies; a process of one proxy gets none.
+func TestSocketsInSharedModeOnly(t *testing.T) {
+	for mode, want := range map[string]bool{ModeShared: true, ModeDedicated: false} {
+		c := mustLoad(t, []string{"PROXY_MODE=" + mode, "PROXY_WORKLOAD_INFO=ns/name/sa"})
+		s := testServices(t, c)
+		if got := s.Sockets != nil; got != want {
+			t.Errorf("%s mode: services have a socket set: %v, want %v", mode, got, want)
+		}
+		if got := c.Proxy(s, Workload{UID: "uid"}).Sockets; got != s.Sockets {
+			t.Errorf("%s mode: proxy config's Sockets %p, services' %p", mode, got, s.Sockets)
+		}
+	}
+}
