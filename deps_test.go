@@ -30,6 +30,7 @@ var allowed = map[string][]string{
 	"hbone/hbonetest":               {},
 	"proxy/relay":                   {"internal/workers"},
 	"proxy/netns":                   {},
+	"proxy/sockwait":                {},
 	"proxy/sockopt":                 {"proxy/netns"},
 	"proxy/connmgr":                 {"rbac", "state", "certs/identity"},
 	"proxy/admission":               {},
@@ -72,6 +73,7 @@ var stdlibOnly = map[string][]string{
 	"proxy/relay":     {"golang.org/x/sys/unix"},
 	"proxy/sockopt":   {"golang.org/x/sys/unix"},
 	"proxy/netns":     {"golang.org/x/sys/unix"},
+	"proxy/sockwait":  {"golang.org/x/sys/unix"},
 	"proxy/admission": nil,
 }
 

@@ -3,6 +3,7 @@ package admission
 import (
 	"errors"
 	"net"
+	"time"
 )
 
 // Listener is a listener whose Accept returns only the connections
@@ -27,14 +28,34 @@ type Listener struct {
 	// Admit reports whether c may be served; if not, it has counted, logged
 	// and reset c. Required.
 	Admit func(c net.Conn) bool
+	// Idle, if non-zero, makes Accept return ErrIdle once no connection has
+	// come for Idle to twice Idle, so that the accept loop can park the
+	// socket (proxy/sockwait) rather than wait on its goroutine. It sets
+	// the wrapped listener's deadline, once per Idle, not per connection;
+	// a listener without SetDeadline never idles.
+	Idle time.Duration
 
-	failures int // consecutive failed Accepts
+	failures int  // consecutive failed Accepts
+	armed    bool // the deadline of the current Idle window is set
+	busy     bool // a connection came in the current Idle window
 }
 
-// Accept returns the next admitted connection, or net.ErrClosed once the
-// listener is closed.
+// ErrIdle is Accept's error when Listener.Idle has passed with no
+// connection. The listener stays open; the next Accept waits again.
+var ErrIdle = errors.New("admission: listener idle")
+
+// deadliner is a listener that takes a deadline, as *net.TCPListener does.
+type deadliner interface{ SetDeadline(time.Time) error }
+
+// Accept returns the next admitted connection, net.ErrClosed once the
+// listener is closed, or ErrIdle (Idle).
 func (l *Listener) Accept() (net.Conn, error) {
 	for {
+		if l.Idle > 0 && !l.armed {
+			if d, ok := l.Listener.(deadliner); ok && d.SetDeadline(time.Now().Add(l.Idle)) == nil {
+				l.armed, l.busy = true, false
+			}
+		}
 		c, err := l.Listener.Accept()
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
@@ -42,6 +63,12 @@ func (l *Listener) Accept() (net.Conn, error) {
 			}
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
+				if l.armed {
+					l.armed = false
+					if !l.busy {
+						return nil, ErrIdle
+					}
+				}
 				continue
 			}
 			l.failures++
@@ -49,6 +76,7 @@ func (l *Listener) Accept() (net.Conn, error) {
 			continue
 		}
 		l.failures = 0
+		l.busy = true
 		if l.Accepted != nil {
 			l.Accepted()
 		}

@@ -1,0 +1,126 @@
+package admission_test
+
+import (
+	"errors"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/gozt/gozt/proxy/admission"
+)
+
+func idleListener(t *testing.T, idle time.Duration) (*admission.Listener, string) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return &admission.Listener{
+		Listener: l,
+		Failed:   func(err error, _ int) { t.Errorf("accept failed: %v", err) },
+		Admit:    func(net.Conn) bool { return true },
+		Idle:     idle,
+	}, l.Addr().String()
+}
+
+func dialTCP(t *testing.T, addr string) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+}
+
+// TestIdleReturnsErrIdle: with no connection for Idle, Accept returns
+// ErrIdle, and the listener still accepts afterwards.
+func TestIdleReturnsErrIdle(t *testing.T) {
+	const idle = 30 * time.Millisecond
+	al, addr := idleListener(t, idle)
+	start := time.Now()
+	if _, err := al.Accept(); !errors.Is(err, admission.ErrIdle) {
+		t.Fatalf("Accept with no connection = %v, want ErrIdle", err)
+	}
+	if d := time.Since(start); d < idle {
+		t.Fatalf("ErrIdle after %v, before Idle (%v)", d, idle)
+	}
+	dialTCP(t, addr)
+	c, err := al.Accept()
+	if err != nil {
+		t.Fatalf("Accept after ErrIdle with a connection waiting = %v", err)
+	}
+	c.Close()
+}
+
+// TestIdleNotWhileBusy: connections closer together than Idle keep Accept
+// from returning ErrIdle, however long they go on.
+func TestIdleNotWhileBusy(t *testing.T) {
+	const idle = 60 * time.Millisecond
+	al, addr := idleListener(t, idle)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(idle / 6)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				if c, err := net.Dial("tcp", addr); err == nil {
+					defer c.Close()
+				}
+			}
+		}
+	}()
+	deadline := time.Now().Add(5 * idle)
+	n := 0
+	for time.Now().Before(deadline) {
+		c, err := al.Accept()
+		if err != nil {
+			close(stop)
+			<-done
+			t.Fatalf("Accept after %d connections = %v, want a connection", n, err)
+		}
+		c.Close()
+		n++
+	}
+	close(stop)
+	<-done
+	// Once they stop, it idles again.
+	for {
+		c, err := al.Accept()
+		if errors.Is(err, admission.ErrIdle) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+	}
+}
+
+// TestNoIdleWithoutIdle: a Listener with Idle zero never returns ErrIdle
+// and never sets a deadline: Accept waits until a connection comes.
+func TestNoIdleWithoutIdle(t *testing.T) {
+	al, addr := idleListener(t, 0)
+	got := make(chan error, 1)
+	go func() {
+		c, err := al.Accept()
+		if c != nil {
+			c.Close()
+		}
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		t.Fatalf("Accept returned %v with no connection", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	dialTCP(t, addr)
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+}
