@@ -30,6 +30,12 @@
 // MaxTCPConns TCP connections, each first admitted by AdmitTCP, the
 // proxy's admission control (tcpconns.go).
 //
+// A node-wide gozt serves about 110 pods, four sockets each. With
+// ServerConfig.Sockets, a socket idle for ServerConfig.Idle is parked in
+// the process's proxy/sockwait set and its loop ends; the set starts the
+// loop again when the socket is readable, so an idle pod's DNS proxy holds
+// no goroutine and no read buffer (issue 40).
+//
 // Name matching (match.go) is pure: the candidate names of a query (the
 // name, its Kubernetes expansions, the name with each search domain
 // stripped), each tried as is and then as wildcards, against the service
@@ -37,5 +43,6 @@
 // for a candidate <pod>.<service>.<ns>.svc.<domain>, against the workloads
 // named <pod> that are endpoints of that headless service.
 //
-// proxy/dns imports state and proxy/sockopt; proxy imports it.
+// proxy/dns imports state, proxy/sockopt, proxy/netns and proxy/sockwait;
+// proxy imports it.
 package dns

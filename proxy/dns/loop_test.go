@@ -17,15 +17,17 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gozt/gozt/internal/dnstest"
+	"github.com/gozt/gozt/proxy/sockwait"
 	"github.com/gozt/gozt/state"
 )
 
 // newLoopServer returns a server of the fixture mesh for testClient on
-// ip, forwarding to upstreams, not yet listening.
-func newLoopServer(t testing.TB, ip string, upstreams ...netip.AddrPort) *Server {
+// ip, forwarding to upstreams, not yet listening; edit, if non-nil,
+// changes its config first.
+func newLoopServer(t testing.TB, ip string, edit func(*ServerConfig), upstreams ...netip.AddrPort) *Server {
 	t.Helper()
 	st := newTestStore(t)
-	return NewServer(ServerConfig{
+	cfg := ServerConfig{
 		Resolver: NewResolver(Config{Metrics: NewMetrics(prometheus.NewRegistry()),
 			Upstreams: upstreams, UpstreamTimeout: time.Minute, UpstreamAttempts: 1}),
 		Local: func(context.Context) (*state.Snapshot, *state.Workload) {
@@ -33,7 +35,11 @@ func newLoopServer(t testing.TB, ip string, upstreams ...netip.AddrPort) *Server
 		},
 		Addrs:       []netip.AddrPort{netip.AddrPortFrom(netip.MustParseAddr(ip), 0)},
 		MaxInFlight: 1024,
-	})
+	}
+	if edit != nil {
+		edit(&cfg)
+	}
+	return NewServer(cfg)
 }
 
 // writeTCPRaw writes pkt to c as one TCP message, length-prefixed.
@@ -71,7 +77,7 @@ func withID(t testing.TB, m *dns.Msg, id uint16) []byte {
 // response get no reply and the connection goes on; one that does not
 // decode gets FORMERR.
 func TestTCPQueriesInOrder(t *testing.T) {
-	_, tcp := runServer(t, newLoopServer(t, "127.83.5.1"))
+	_, tcp := runServer(t, newLoopServer(t, "127.83.5.1", nil))
 	c, err := net.Dial("tcp", tcp)
 	if err != nil {
 		t.Fatal(err)
@@ -114,7 +120,7 @@ func TestTCPQueriesInOrder(t *testing.T) {
 // TestShortDatagramDropped: a datagram shorter than a header (no id to
 // answer to) gets no reply; the query after it is answered.
 func TestShortDatagramDropped(t *testing.T) {
-	udp, _ := runServer(t, newLoopServer(t, "127.83.5.2"))
+	udp, _ := runServer(t, newLoopServer(t, "127.83.5.2", nil))
 	c, err := net.Dial("udp", udp)
 	if err != nil {
 		t.Fatal(err)
@@ -145,7 +151,7 @@ func TestShortDatagramDropped(t *testing.T) {
 // sockets, each get the answer to their own question: a read buffer is
 // not reused while the query in it is being decoded (run with -race).
 func TestUDPQueriesKeepTheirBytes(t *testing.T) {
-	udp, _ := runServer(t, newLoopServer(t, "127.83.5.3"))
+	udp, _ := runServer(t, newLoopServer(t, "127.83.5.3", nil))
 	names := []struct{ name, addr string }{
 		{"svc1", "10.0.0.1"}, {"svc2.ns2", "10.0.0.2"}, {"se.example.com", "10.0.0.7"},
 		{"v4only", "10.0.0.6"}, {"db-0.db", "10.0.0.8"}, {"www.wild.example.com", "10.0.0.4"},
@@ -218,7 +224,7 @@ func readAnswers(c net.Conn, n int, want func(id uint16) (name, addr string)) er
 // TestLargeUDPQuery: a query longer than 512 bytes (here its EDNS
 // padding, RFC 7830) is read whole and answered; up to udpBufSize.
 func TestLargeUDPQuery(t *testing.T) {
-	udp, _ := runServer(t, newLoopServer(t, "127.83.5.4"))
+	udp, _ := runServer(t, newLoopServer(t, "127.83.5.4", nil))
 	q := question("svc1", dns.TypeA)
 	q.SetEdns0(1232, false)
 	opt := q.IsEdns0()
@@ -248,7 +254,7 @@ func TestFormErrAsMiekg(t *testing.T) {
 			return dns.MsgAccept
 		},
 		Handler: dns.HandlerFunc(func(dns.ResponseWriter, *dns.Msg) { t.Error("the handler got an undecodable query") })})
-	udp, _ := runServer(t, newLoopServer(t, "127.83.5.6"))
+	udp, _ := runServer(t, newLoopServer(t, "127.83.5.6", nil))
 
 	q := question("svc1.ns1.svc.cluster.local", dns.TypeA)
 	q.Id = 0x4242
@@ -353,10 +359,20 @@ func startGatedUpstream(t *testing.T, ip string) *gatedUpstream {
 
 // TestShutdownAnswersInFlight: Shutdown stops reading and accepting at
 // once, closes an idle TCP connection at once, and waits for the queries
-// in flight, over UDP and TCP, which get their answers.
+// in flight, over UDP and TCP, which get their answers; also once the
+// sockets they came from are parked.
 func TestShutdownAnswersInFlight(t *testing.T) {
-	up := startGatedUpstream(t, "127.83.5.7")
-	srv := newLoopServer(t, "127.83.5.8", up.addr)
+	t.Run("unparked", func(t *testing.T) { testShutdownAnswersInFlight(t, "127.83.5.7", nil) })
+	t.Run("parked", func(t *testing.T) { testShutdownAnswersInFlight(t, "127.83.5.11", newSet(t)) })
+}
+
+// testShutdownAnswersInFlight is TestShutdownAnswersInFlight for a server
+// on ip (and its upstream on the address after) parking its sockets in
+// set, if non-nil.
+func testShutdownAnswersInFlight(t *testing.T, ip string, set *sockwait.Set) {
+	next := netip.MustParseAddr(ip).Next().String()
+	up := startGatedUpstream(t, next)
+	srv := newLoopServer(t, ip, parking(set, 20*time.Millisecond), up.addr)
 	if err := srv.Listen(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -385,6 +401,9 @@ func TestShutdownAnswersInFlight(t *testing.T) {
 	}
 	<-up.asked
 	<-up.asked // both queries wait on the upstream
+	if set != nil {
+		waitFor(t, "both sockets parked", func() bool { return set.Parked() == 2 })
+	}
 	idle.SetReadDeadline(time.Now().Add(10 * time.Second))
 	shut := make(chan error, 1)
 	go func() { shut <- srv.Shutdown(context.Background()) }()
@@ -417,7 +436,7 @@ func TestShutdownAnswersInFlight(t *testing.T) {
 // holds Shutdown only until its ctx is done.
 func TestShutdownAbandonsAtDeadline(t *testing.T) {
 	up := startGatedUpstream(t, "127.83.5.9")
-	srv := newLoopServer(t, "127.83.5.10", up.addr)
+	srv := newLoopServer(t, "127.83.5.10", nil, up.addr)
 	if err := srv.Listen(context.Background()); err != nil {
 		t.Fatal(err)
 	}

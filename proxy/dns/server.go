@@ -16,11 +16,15 @@ import (
 
 	"github.com/gozt/gozt/proxy/netns"
 	"github.com/gozt/gozt/proxy/sockopt"
+	"github.com/gozt/gozt/proxy/sockwait"
 	"github.com/gozt/gozt/state"
 )
 
 // Port is the DNS proxy's port (SPEC §1.1).
 const Port = 15053
+
+// DefaultIdle is ServerConfig.Idle when zero.
+const DefaultIdle = time.Second
 
 // requestTimeout bounds reading a TCP request and writing any response, as
 // ztunnel's 5 s TCP request timeout.
@@ -62,10 +66,27 @@ type ServerConfig struct {
 	// that DNS accepts pass the admission control of the proxy's other
 	// listeners (admission.Listener). The listener it returns must return
 	// from Accept only admitted connections, and no error but the one of a
-	// closed listener: it handles a failed accept itself (backing off,
-	// shedding, as the proxy's other listeners do). Nil admits every
-	// connection, and the accept loop backs off a failed accept itself.
+	// closed listener (and, with Sockets, the one of its idle time): it
+	// handles a failed accept itself (backing off, shedding, as the
+	// proxy's other listeners do). Nil admits every connection, and the
+	// accept loop backs off a failed accept itself.
 	AdmitTCP func(net.Listener) net.Listener
+	// Sockets, if non-nil, is the process's set of parked sockets: a
+	// socket of this server with no query for Idle is parked there, its
+	// loop ended, and a loop starts again when the socket is readable, so
+	// that an idle pod's DNS proxy holds no goroutine (issue 40). Start
+	// parks every socket at once. A TCP listener idles by the listener
+	// AdmitTCP returns, if any, which must then return an error when Idle
+	// passes with no connection (admission.Listener with its Idle set to
+	// this server's), or it never parks: every error of that listener but
+	// net.ErrClosed parks it. Nil parks nothing: each socket's loop waits
+	// on its goroutine.
+	Sockets *sockwait.Set
+	// Idle is how long a socket has no query, or a TCP listener no
+	// connection, before it is parked (Sockets); up to twice that, as a
+	// loop sets its deadline once per Idle, not per read. If zero
+	// DefaultIdle.
+	Idle time.Duration
 	// OptionalIPv6 skips an IPv6 address that cannot be bound because the
 	// namespace has no IPv6, as ztunnel binds localhost in a pod without
 	// IPv6 on 127.0.0.1 only.
@@ -117,20 +138,31 @@ type Server struct {
 	refusedLog atomic.Int64
 }
 
-// listener is one bound socket, UDP or TCP, and the outcome of its loop.
+// listener is one bound socket, UDP or TCP, and the state of its loop.
+//
+// Its loop runs on one goroutine at a time: from Start, or, once it has
+// parked the socket, from the wake of ServerConfig.Sockets. Each holds
+// one count of the Server's WaitGroup, from Start until the loop ends for
+// good (Shutdown, a failure): a parked socket holds its count, which
+// Shutdown gives back if Unpark reports that the wake never runs.
 type listener struct {
 	network string         // "udp" or "tcp"
 	addr    net.Addr       // the bound address
 	self    netip.AddrPort // addr, for answerable
 	udp     *net.UDPConn   // the socket, for "udp"
 	accept  net.Listener   // the socket, for "tcp": admitted (AdmitTCP), then bounded
-	// err is the loop's failure, set by the loop before it ends and read
-	// once the WaitGroup is done.
-	err error
+	watch   *sockwait.Watch
+	loop    func() // readUDP(l) or acceptTCP(l): Start's and the wake's
+
+	// Owned by the loop; read by others once the WaitGroup is done.
+	err       error // the loop's failure
+	deadlines int   // read deadlines a UDP loop set (tests)
 }
 
-// close closes l's socket.
+// close closes l's socket, taking it out of the set of parked sockets
+// first.
 func (l *listener) close() {
+	l.watch.Unpark()
 	if l.udp != nil {
 		l.udp.Close()
 	}
@@ -204,9 +236,13 @@ func (s *Server) listen(ctx context.Context, in func(func() error) error) (err e
 		if err != nil {
 			return fmt.Errorf("dns: listen on %s: %w", addr, err)
 		}
-		bound = append(bound,
-			&listener{network: "udp", addr: pc.LocalAddr(), self: addrPort(pc.LocalAddr()), udp: pc.(*net.UDPConn)},
-			&listener{network: "tcp", addr: tl.Addr(), self: addrPort(tl.Addr()), accept: s.tcpListener(tl)})
+		u, t, err := s.newListeners(pc.(*net.UDPConn), tl.(*net.TCPListener))
+		if err != nil {
+			pc.Close()
+			tl.Close()
+			return fmt.Errorf("dns: listen on %s: %w", addr, err)
+		}
+		bound = append(bound, u, t)
 	}
 	if len(bound) == 0 {
 		return fmt.Errorf("dns: no address to listen on in %v", s.cfg.Addrs)
@@ -218,6 +254,38 @@ func (s *Server) listen(ctx context.Context, in func(func() error) error) (err e
 	}
 	s.listeners = append(s.listeners, bound...)
 	return nil
+}
+
+// newListeners returns the listeners of the UDP and TCP sockets bound to
+// one address.
+func (s *Server) newListeners(pc *net.UDPConn, tl *net.TCPListener) (udp, tcp *listener, err error) {
+	urc, err := pc.SyscallConn()
+	if err != nil {
+		return nil, nil, err
+	}
+	trc, err := tl.SyscallConn()
+	if err != nil {
+		return nil, nil, err
+	}
+	udp = &listener{network: "udp", addr: pc.LocalAddr(), self: addrPort(pc.LocalAddr()), udp: pc,
+		watch: s.cfg.Sockets.Watch(urc)}
+	tcp = &listener{network: "tcp", addr: tl.Addr(), self: addrPort(tl.Addr()), accept: s.tcpListener(tl),
+		watch: s.cfg.Sockets.Watch(trc)}
+	udp.loop = func() { s.readUDP(udp) }
+	tcp.loop = func() { s.acceptTCP(tcp) }
+	return udp, tcp, nil
+}
+
+// idle is how long a socket waits before it is parked, or 0 if sockets
+// are not parked.
+func (s *Server) idle() time.Duration {
+	switch {
+	case s.cfg.Sockets == nil:
+		return 0
+	case s.cfg.Idle > 0:
+		return s.cfg.Idle
+	}
+	return DefaultIdle
 }
 
 // noIPv6 reports whether err is binding an IPv6 address where IPv6 is off.
@@ -258,8 +326,8 @@ func (s *Server) Serve() error {
 
 // Start serves the bound sockets until Shutdown, as Serve does, without
 // waiting: it reports whether it started them (not after Shutdown, nor a
-// second time). It starts the sockets' loops and nothing else; Shutdown
-// still waits for what Start started.
+// second time). It parks each socket (ServerConfig.Sockets), or starts its
+// loop, and nothing else; Shutdown still waits for what Start started.
 func (s *Server) Start() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -269,18 +337,19 @@ func (s *Server) Start() bool {
 	s.serving = true
 	for _, l := range s.listeners {
 		s.wg.Add(1)
-		s.run(l)
+		if !s.park(l) {
+			go l.loop()
+		}
 	}
 	return true
 }
 
-// run starts l's loop, which calls s.wg.Done when it ends.
-func (s *Server) run(l *listener) {
-	if l.network == "udp" {
-		go s.readUDP(l)
-	} else {
-		go s.acceptTCP(l)
-	}
+// park parks l's socket, whose loop is not running or about to end, and
+// reports whether it did: then the loop ends without giving back its
+// count of the WaitGroup, which its wake takes over; if not, the loop
+// goes on (or starts) on a goroutine of its own.
+func (s *Server) park(l *listener) bool {
+	return l.watch.Park(l.loop)
 }
 
 // Wait returns once the loops Start started have ended, and the queries
@@ -308,7 +377,8 @@ func (s *Server) stopping() bool {
 }
 
 // failed records the failure of l's loop, which then ends, and closes
-// l's socket, which no loop reads any more.
+// l's socket, which no loop reads any more. The loop still gives back its
+// count of the WaitGroup.
 func (s *Server) failed(l *listener, err error) {
 	l.err = fmt.Errorf("dns: serve %s %v: %w", l.network, l.addr, err)
 	s.log.Warn("dns listener failed", "addr", l.addr, "error", err)
@@ -348,6 +418,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	if first {
 		for _, l := range listeners {
+			if l.watch.Unpark() {
+				s.wg.Done() // parked: its loop is over, and its wake never runs
+			}
 			if l.udp != nil {
 				// Not closed yet: the queries in flight write their replies.
 				_ = l.udp.SetReadDeadline(aLongTimeAgo)

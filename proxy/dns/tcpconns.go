@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"slices"
 	"sync"
 	"time"
@@ -49,29 +50,41 @@ const (
 
 // acceptTCP is the loop of TCP listener l: it accepts connections and
 // serves each on a goroutine of its own (serveTCPConn), until Shutdown.
+//
+// With ServerConfig.Sockets, once its listener reports that no
+// connection came for an idle window (errIdle, or any error but a closed
+// listener's from AdmitTCP's), it parks the socket and ends; the wake
+// starts it again.
 func (s *Server) acceptTCP(l *listener) {
-	defer s.wg.Done()
 	var retry time.Duration
 	for {
 		c, err := l.accept.Accept()
-		if err != nil {
-			if s.stopping() {
-				return
-			}
-			if errors.Is(err, net.ErrClosed) {
-				s.failed(l, err)
-				return
-			}
-			retry = min(max(2*retry, minAcceptRetry), maxAcceptRetry)
-			s.log.Warn("dns proxy: accept failed", "addr", l.addr, "error", err, "retry_in", retry)
-			if !s.sleep(retry) {
+		if err == nil {
+			retry = 0
+			s.wg.Add(1)
+			go s.serveTCPConn(l, c)
+			continue
+		}
+		switch {
+		case s.stopping():
+		case errors.Is(err, net.ErrClosed):
+			s.failed(l, err)
+		case errors.Is(err, errIdle) || s.cfg.AdmitTCP != nil:
+			// AdmitTCP's listener returns no other error
+			// (ServerConfig.AdmitTCP, Sockets).
+			if s.park(l) {
 				return
 			}
 			continue
+		default:
+			retry = min(max(2*retry, minAcceptRetry), maxAcceptRetry)
+			s.log.Warn("dns proxy: accept failed", "addr", l.addr, "error", err, "retry_in", retry)
+			if s.sleep(retry) {
+				continue
+			}
 		}
-		retry = 0
-		s.wg.Add(1)
-		go s.serveTCPConn(l, c)
+		s.wg.Done() // over: Shutdown or a failure
+		return
 	}
 }
 
@@ -240,13 +253,57 @@ func resetConn(c net.Conn) {
 	c.Close()
 }
 
-// tcpListener returns l as its loop accepts from it: admitted, then
-// bounded.
-func (s *Server) tcpListener(l net.Listener) net.Listener {
-	if s.cfg.AdmitTCP != nil {
-		l = s.cfg.AdmitTCP(l)
+// tcpListener returns l as its loop accepts from it: admitted, or made to
+// idle if sockets are parked, then bounded.
+func (s *Server) tcpListener(l *net.TCPListener) net.Listener {
+	var ln net.Listener = l
+	switch {
+	case s.cfg.AdmitTCP != nil:
+		ln = s.cfg.AdmitTCP(l)
+	case s.idle() > 0:
+		ln = &idleListener{TCPListener: l, idle: s.idle()}
 	}
-	return &boundedListener{Listener: l, slots: s.tcpSlots, refused: s.refuseTCP}
+	return &boundedListener{Listener: ln, slots: s.tcpSlots, refused: s.refuseTCP}
+}
+
+// errIdle is idleListener's error when no connection came for a window.
+var errIdle = errors.New("dns: listener idle")
+
+// idleListener is a TCP listener whose Accept returns errIdle once no
+// connection has come for idle to twice idle, for its loop to park it
+// (ServerConfig.Sockets), without AdmitTCP, which idles itself. Its
+// deadline is set once per window, not per connection.
+type idleListener struct {
+	*net.TCPListener
+	idle time.Duration
+
+	// Owned by the loop.
+	armed bool // the window's deadline is set
+	busy  bool // a connection came in the window
+}
+
+// Accept returns the next connection, errIdle, or the listener's error.
+func (l *idleListener) Accept() (net.Conn, error) {
+	for {
+		if !l.armed {
+			if err := l.SetDeadline(time.Now().Add(l.idle)); err != nil {
+				return nil, err
+			}
+			l.armed, l.busy = true, false
+		}
+		c, err := l.TCPListener.Accept()
+		if err == nil {
+			l.busy = true
+			return c, nil
+		}
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			return nil, err
+		}
+		l.armed = false
+		if !l.busy {
+			return nil, errIdle
+		}
+	}
 }
 
 // refuseTCP counts a connection refused for lack of room and logs it, at

@@ -1,8 +1,11 @@
 package dns
 
 import (
+	"errors"
 	"net/netip"
+	"os"
 	"sync"
+	"time"
 
 	"github.com/miekg/dns"
 )
@@ -28,18 +31,45 @@ var udpBufs = sync.Pool{New: func() any { return new(udpBuf) }}
 // each query on a goroutine of its own (answerUDP), until Shutdown. It
 // drops what no reply may go to: datagrams from a source that is not
 // answerable, shorter than a header, or responses (screen.go).
+//
+// With ServerConfig.Sockets, once no datagram came for an idle window it
+// parks the socket and ends; the wake starts it again. The read deadline
+// is set once per window, not per datagram: a window in which datagrams
+// came is followed by another, so a socket parks after one to two Idle.
 func (s *Server) readUDP(l *listener) {
-	defer s.wg.Done()
+	idle := s.idle()
 	b := udpBufs.Get().(*udpBuf)
-	defer func() { udpBufs.Put(b) }()
+	armed, reads := false, 0 // the window's deadline is set; datagrams in it
 	for {
+		if idle > 0 && !armed {
+			_ = l.udp.SetReadDeadline(time.Now().Add(idle))
+			armed, reads = true, 0
+			l.deadlines++
+			if s.stopping() { // after the deadline: see Shutdown
+				break
+			}
+		}
 		n, src, err := l.udp.ReadFromUDPAddrPort(b[:])
 		if err != nil {
-			if !s.stopping() {
-				s.failed(l, err)
+			if s.stopping() {
+				break
 			}
-			return
+			if !armed || !errors.Is(err, os.ErrDeadlineExceeded) {
+				s.failed(l, err)
+				break
+			}
+			armed = false
+			if reads > 0 {
+				continue
+			}
+			udpBufs.Put(b)
+			if s.park(l) {
+				return
+			}
+			b = udpBufs.Get().(*udpBuf)
+			continue
 		}
+		reads++
 		m := b[:n]
 		if !answerable(l.self, src) || len(m) < headerLen || isResponse(m) {
 			continue
@@ -48,6 +78,8 @@ func (s *Server) readUDP(l *listener) {
 		go s.answerUDP(l, b, n, src)
 		b = udpBufs.Get().(*udpBuf)
 	}
+	udpBufs.Put(b)
+	s.wg.Done()
 }
 
 // answerUDP answers the query in b[:n], from src, to src, then frees b as
