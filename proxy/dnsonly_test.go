@@ -136,7 +136,7 @@ func TestStartRunsOnlyTheLoops(t *testing.T) {
 
 // proxyGoroutines counts the goroutines whose stacks are in this module's
 // proxy packages, and how many of them are accept or read loops (an
-// acceptor's loop, a DNS server's serveListener). Goroutines of the
+// acceptor's loop, a DNS server's readUDP or acceptTCP). Goroutines of the
 // runtime, the test framework or idle handler workers are not counted, so
 // the count does not move with them.
 func proxyGoroutines() (total, loops int) {
@@ -147,7 +147,7 @@ func proxyGoroutines() (total, loops int) {
 			continue
 		}
 		total++
-		if strings.Contains(g, "proxy.(*acceptor).loop") || strings.Contains(g, "dns.(*Server).serveListener") {
+		if strings.Contains(g, "proxy.(*acceptor).loop(") || strings.Contains(g, "dns.(*Server).readUDP(") || strings.Contains(g, "dns.(*Server).acceptTCP(") {
 			loops++
 		}
 	}

@@ -2,6 +2,7 @@ package dns
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"net"
 	"net/netip"
@@ -9,6 +10,8 @@ import (
 
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gozt/gozt/state"
 )
 
 // FuzzAnswer feeds the request path any message a client can send. Every
@@ -66,33 +69,58 @@ func FuzzAnswer(f *testing.F) {
 	})
 }
 
-// FuzzDecodable: whatever a client sends, decodable returns it unchanged
-// or, for a query that does not decode, its header alone, which decodes
-// with the same id, flags and opcode and no records; and a message that
-// decodes is always returned unchanged.
-func FuzzDecodable(f *testing.F) {
-	q, err := question("svc1", dns.TypeA).Pack()
+// FuzzRespond feeds a server's reply path (respond) any query a client can
+// send, as a loop hands it on: at least a header long, QR clear. Every
+// one gets a response with its id that packs and has a response code the
+// proxy uses; one that does not decode, FORMERR; and while the in-flight
+// bound is full, every one the SERVFAIL of a busy proxy.
+func FuzzRespond(f *testing.F) {
+	q := question("svc1", dns.TypeA)
+	q.Id = 0x4242
+	b, err := q.Pack()
 	if err != nil {
 		f.Fatal(err)
 	}
-	f.Add(q)
-	f.Add(q[:20])
-	f.Add(q[:11])
-	f.Fuzz(func(t *testing.T, b []byte) {
-		orig := append([]byte(nil), b...)
-		got := decodable(b)
-		if new(dns.Msg).Unpack(orig) == nil || len(orig) < headerLen || orig[2]&0x80 != 0 {
-			if string(got) != string(orig) {
-				t.Fatalf("decodable changed a message it must pass on:\n%x\n%x", orig, got)
-			}
-			return
+	f.Add(b, false)
+	f.Add(b[:20], false)
+	f.Add(b[:20], true)
+	f.Add(b[:12], false)
+	f.Add(b, true)
+	st := newTestStore(f)
+	srv := NewServer(ServerConfig{
+		Resolver: NewResolver(Config{Metrics: NewMetrics(prometheus.NewRegistry())}), // no upstream: no network
+		Local: func(context.Context) (*state.Snapshot, *state.Workload) {
+			return st.Snapshot(), testClient
+		},
+		MaxInFlight: 1,
+	})
+	defer srv.Shutdown(context.Background())
+	f.Fuzz(func(t *testing.T, b []byte, busy bool) {
+		if len(b) < headerLen || isResponse(b) {
+			return // the loops drop these
 		}
-		m := new(dns.Msg)
-		if err := m.Unpack(got); err != nil {
-			t.Fatalf("decodable(%x) = %x, which does not decode: %v", orig, got, err)
+		if busy {
+			srv.inFlight <- struct{}{}
+			defer func() { <-srv.inFlight }()
 		}
-		if string(got[:4]) != string(orig[:4]) || len(got) != headerLen {
-			t.Fatalf("decodable(%x) = %x, want the header with counts zero", orig, got)
+		req := new(dns.Msg)
+		decodeErr := req.Unpack(b)
+		resp := srv.respond(req, decodeErr, "udp")
+		if id := binary.BigEndian.Uint16(b); resp.Id != id || !resp.Response {
+			t.Fatalf("response id %#x response=%v to a query with id %#x", resp.Id, resp.Response, id)
+		}
+		if _, err := resp.Pack(); err != nil {
+			t.Fatalf("response does not pack: %v\n%v", err, resp)
+		}
+		want := map[int]bool{dns.RcodeSuccess: true, dns.RcodeFormatError: true, dns.RcodeNotImplemented: true, dns.RcodeServerFailure: true}
+		switch {
+		case busy:
+			want = map[int]bool{dns.RcodeServerFailure: true}
+		case decodeErr != nil:
+			want = map[int]bool{dns.RcodeFormatError: true}
+		}
+		if !want[resp.Rcode] {
+			t.Fatalf("rcode %s (busy %v, decode error %v)", dns.RcodeToString[resp.Rcode], busy, decodeErr)
 		}
 	})
 }

@@ -160,7 +160,7 @@ func (r *Resolver) answer(ctx context.Context, q query) *dns.Msg {
 // precheck returns the error response to a message that is not a query
 // the resolver answers, or nil: FORMERR for a response or a question count
 // other than one, NOTIMP for an opcode other than QUERY. The listeners
-// drop responses before they get here (acceptQueries); LookupIP sends none.
+// drop responses before they get here (isResponse); LookupIP sends none.
 func precheck(req *dns.Msg) *dns.Msg {
 	switch {
 	case req.Response:

@@ -1,102 +1,68 @@
 package dns
 
 import (
-	"errors"
 	"net"
 	"net/netip"
-	"time"
 
 	"github.com/miekg/dns"
 )
 
-// What a listener answers: each listener screens what it reads before
-// miekg/dns serves it (issue 36 item 1), so that every reply is the
-// handler's, inside the in-flight bound, and none goes where it would
-// start a loop.
+// What a listener answers: each loop screens what it reads before a query
+// is decoded (issue 36 item 1), so that every reply is made inside the
+// in-flight bound, and none goes where it would start a loop.
 
 // qrBit is the QR bit of a header's flags (RFC 1035 §4.1.1): set in a
 // response, clear in a query.
 const qrBit = 1 << 15
 
-// acceptQueries drops every response (QR=1) without a reply and hands
-// every query to the handler, which answers FORMERR or NOTIMP itself as
-// ztunnel does (Resolver.precheck).
+// isResponse reports whether the message m, at least a header long, is a
+// response (QR=1). A loop drops every response without a reply, and hands
+// every query on, which is answered FORMERR or NOTIMP, as ztunnel does,
+// if it is not one the resolver answers (precheck, malformed).
 //
 // A reply to a response is itself a response: answering one lets a single
 // datagram spoofed from the proxy's own address (or from another proxy's)
 // bounce for ever, tens of thousands of times a second (issue 36). Hickory,
 // ztunnel's DNS server, returns before handling any response "to avoid DoS
 // attacks from reflection" (crates/server/src/server/server_future.rs,
-// handle_request); miekg/dns's own default does the same.
-func acceptQueries(h dns.Header) dns.MsgAcceptAction {
-	if h.Bits&qrBit != 0 {
-		return dns.MsgIgnore
+// handle_request); miekg/dns's server, which gozt used before, does the
+// same by default.
+func isResponse(m []byte) bool { return m[2]&(qrBit>>8) != 0 }
+
+// respond returns the reply to a query, a message at least a header long
+// that is not a response, received over network: req is what
+// dns.Msg.Unpack made of it, with err. Every reply is made inside the
+// in-flight bound.
+func (s *Server) respond(req *dns.Msg, err error, network string) *dns.Msg {
+	if err != nil {
+		return s.malformed(req)
 	}
-	return dns.MsgAccept
+	return s.resolve(s.lifetime, req, network)
 }
 
-// screen is the Reader of one listener: it reads as miekg/dns's own does,
-// drops the messages no reply may go to (answerable) before the server
-// starts serving them, and, while the in-flight bound is full, hands an
-// undecodable query on as its header alone (decodable).
-type screen struct {
-	dns.Reader
-	self netip.AddrPort // the listener's address
-	// busy reports whether the server's in-flight bound is full.
-	busy func() bool
+// malformed answers a query whose header decodes but whose body does not,
+// req being what dns.Msg.Unpack made of it: FORMERR (formErr), or, while
+// the in-flight bound is full, the SERVFAIL of a busy proxy to its header
+// alone, as the resolver answers any query then.
+func (s *Server) malformed(req *dns.Msg) *dns.Msg {
+	if !s.enter() {
+		return errorReply(&dns.Msg{MsgHdr: req.MsgHdr}, dns.RcodeServerFailure)
+	}
+	defer s.leave()
+	return formErr(req)
 }
 
-// bounded returns m as the server should serve it: unchanged while the
-// in-flight bound has room, else decodable(m). miekg/dns answers a query
-// it cannot decode FORMERR itself, outside the handler and its bound; with
-// room in the bound that reply is the one the handler would give, at no
-// more cost than the handler's busy SERVFAIL, so only a full bound needs
-// the header-only form, which the handler answers SERVFAIL as busy. Every
-// query is then decoded once (by miekg/dns) unless the bound is full:
-// decodable's trial decode costs about as much as miekg/dns's own.
-func (sc screen) bounded(m []byte) []byte {
-	if sc.busy == nil || !sc.busy() {
-		return m
-	}
-	return decodable(m)
-}
-
-// errUnanswerable ends a TCP connection whose peer no reply may go to.
-var errUnanswerable = errors.New("dns: source cannot be answered")
-
-func (sc screen) ReadUDP(conn *net.UDPConn, timeout time.Duration) ([]byte, *dns.SessionUDP, error) {
-	for {
-		m, s, err := sc.Reader.ReadUDP(conn, timeout)
-		if err != nil || s == nil || answerable(sc.self, addrPort(s.RemoteAddr())) {
-			return sc.bounded(m), s, err
-		}
-	}
-}
-
-func (sc screen) ReadTCP(conn net.Conn, timeout time.Duration) ([]byte, error) {
-	if !answerable(sc.self, addrPort(conn.RemoteAddr())) {
-		return nil, errUnanswerable // miekg/dns closes conn
-	}
-	m, err := sc.Reader.ReadTCP(conn, timeout)
-	return sc.bounded(m), err
-}
-
-// decodable returns m, or, if m is a query whose header decodes but whose
-// body does not, its header alone with every section count zero. miekg/dns
-// answers a message it cannot decode FORMERR itself, outside the handler
-// and so outside the in-flight bound; the header alone decodes, and the
-// handler answers it inside the bound (issue 36 item 1): SERVFAIL while
-// the bound is full (the only time screen asks), else FORMERR (no
-// question) or NOTIMP (an opcode other than QUERY). A message shorter than a
-// header gets no reply from miekg/dns, and a response none from
-// acceptQueries, so neither is decoded here.
-func decodable(m []byte) []byte {
-	if len(m) < headerLen || m[2]&(qrBit>>8) != 0 || new(dns.Msg).Unpack(m) == nil {
-		return m
-	}
-	h := m[:headerLen] // same array: miekg/dns pools UDP buffers by capacity
-	clear(h[4:])       // QDCOUNT, ANCOUNT, NSCOUNT, ARCOUNT (RFC 1035 §4.1.1)
-	return h
+// formErr is the FORMERR reply to a query that does not decode, req being
+// what dns.Msg.Unpack made of it before it failed: the query's header and
+// the questions that decoded, as a response with opcode QUERY, not
+// authoritative, and no other record. It is the reply miekg/dns's server
+// made, which gozt served its sockets with before (issue 40), byte for
+// byte.
+func formErr(req *dns.Msg) *dns.Msg {
+	resp := &dns.Msg{MsgHdr: req.MsgHdr, Question: req.Question}
+	resp.Response, resp.Opcode, resp.Rcode = true, dns.OpcodeQuery, dns.RcodeFormatError
+	resp.Authoritative, resp.Zero = false, false
+	return resp
 }
 
 // headerLen is the length of a DNS header (RFC 1035 §4.1.1).

@@ -16,11 +16,15 @@ import (
 
 	"github.com/gozt/gozt/proxy/netns"
 	"github.com/gozt/gozt/proxy/sockopt"
+	"github.com/gozt/gozt/proxy/sockwait"
 	"github.com/gozt/gozt/state"
 )
 
 // Port is the DNS proxy's port (SPEC §1.1).
 const Port = 15053
+
+// DefaultIdle is ServerConfig.Idle when zero.
+const DefaultIdle = time.Second
 
 // requestTimeout bounds reading a TCP request and writing any response, as
 // ztunnel's 5 s TCP request timeout.
@@ -62,10 +66,27 @@ type ServerConfig struct {
 	// that DNS accepts pass the admission control of the proxy's other
 	// listeners (admission.Listener). The listener it returns must return
 	// from Accept only admitted connections, and no error but the one of a
-	// closed listener: it handles a failed accept itself (backing off,
-	// shedding), since miekg/dns retries a temporary error such as EMFILE
-	// at once, for ever. Nil admits every connection.
+	// closed listener (and, with Sockets, the one of its idle time): it
+	// handles a failed accept itself (backing off, shedding, as the
+	// proxy's other listeners do). Nil admits every connection, and the
+	// accept loop backs off a failed accept itself.
 	AdmitTCP func(net.Listener) net.Listener
+	// Sockets, if non-nil, is the process's set of parked sockets: a
+	// socket of this server with no query for Idle is parked there, its
+	// loop ended, and a loop starts again when the socket is readable, so
+	// that an idle pod's DNS proxy holds no goroutine (issue 40). Start
+	// parks every socket at once. A TCP listener idles by the listener
+	// AdmitTCP returns, if any, which must then return an error when Idle
+	// passes with no connection (admission.Listener with its Idle set to
+	// this server's), or it never parks: every error of that listener but
+	// net.ErrClosed parks it. Nil parks nothing: each socket's loop waits
+	// on its goroutine.
+	Sockets *sockwait.Set
+	// Idle is how long a socket has no query, or a TCP listener no
+	// connection, before it is parked (Sockets); up to twice that, as a
+	// loop sets its deadline once per Idle, not per read. If zero
+	// DefaultIdle.
+	Idle time.Duration
 	// OptionalIPv6 skips an IPv6 address that cannot be bound because the
 	// namespace has no IPv6, as ztunnel binds localhost in a pod without
 	// IPv6 on 127.0.0.1 only.
@@ -79,6 +100,12 @@ type ServerConfig struct {
 //
 // Listen binds, Serve serves until Shutdown, Shutdown stops both; LookupIP
 // answers in-process lookups (SOCKS5) through the same path.
+//
+// Each bound socket has one loop (udp.go, tcpconns.go): a UDP socket's
+// reads datagrams and answers each on a goroutine of its own, a TCP
+// listener's accepts connections and serves each on a goroutine of its
+// own, one query after the other. miekg/dns packs and unpacks the
+// messages; the loops are the server's own.
 type Server struct {
 	cfg ServerConfig
 	log *slog.Logger
@@ -87,13 +114,22 @@ type Server struct {
 	// exchanges of queries in flight.
 	lifetime context.Context
 	cancel   context.CancelFunc
+	// stop is closed by the first Shutdown: the loops stop reading and
+	// accepting, and each TCP connection ends once the query it is
+	// answering is.
+	stop chan struct{}
 
-	mu      sync.Mutex
-	servers []*listener // bound by Listen, read-only once Serve starts
-	serving bool        // Serve was called
-	closed  bool        // Shutdown was called
+	mu        sync.Mutex
+	listeners []*listener // bound by Listen, read-only once Serve starts
+	serving   bool        // Serve was called
+	closed    bool        // Shutdown was called; stop is closed
+	// conns are the TCP connections being served, whose reads Shutdown
+	// interrupts; none is added once closed.
+	conns map[net.Conn]struct{}
 
-	wg sync.WaitGroup // the miekg/dns servers' loops
+	// wg counts the loops, the queries being answered over UDP and the TCP
+	// connections being served: Shutdown waits for all of them.
+	wg sync.WaitGroup
 
 	inFlight chan struct{} // one token per query being answered
 	tcpSlots chan struct{} // one token per TCP connection open
@@ -102,14 +138,37 @@ type Server struct {
 	refusedLog atomic.Int64
 }
 
-// listener is one bound socket and the miekg/dns server serving it.
+// listener is one bound socket, UDP or TCP, and the state of its loop.
+//
+// Its loop runs on one goroutine at a time: from Start, or, once it has
+// parked the socket, from the wake of ServerConfig.Sockets. Each holds
+// one count of the Server's WaitGroup, from Start until the loop ends for
+// good (Shutdown, a failure): a parked socket holds its count, which
+// Shutdown gives back if Unpark reports that the wake never runs.
 type listener struct {
-	srv     *dns.Server
-	addr    net.Addr
-	network string
-	started chan struct{} // closed once the server accepts Shutdown
-	done    chan struct{} // closed when its serve loop returned
-	err     error         // the serve loop's failure, once done is closed
+	network string         // "udp" or "tcp"
+	addr    net.Addr       // the bound address
+	self    netip.AddrPort // addr, for answerable
+	udp     *net.UDPConn   // the socket, for "udp"
+	accept  net.Listener   // the socket, for "tcp": admitted (AdmitTCP), then bounded
+	watch   *sockwait.Watch
+	loop    func() // readUDP(l) or acceptTCP(l): Start's and the wake's
+
+	// Owned by the loop; read by others once the WaitGroup is done.
+	err       error // the loop's failure
+	deadlines int   // read deadlines a UDP loop set (tests)
+}
+
+// close closes l's socket, taking it out of the set of parked sockets
+// first.
+func (l *listener) close() {
+	l.watch.Unpark()
+	if l.udp != nil {
+		l.udp.Close()
+	}
+	if l.accept != nil {
+		l.accept.Close()
+	}
 }
 
 // NewServer returns a Server that has not bound anything yet.
@@ -125,7 +184,8 @@ func NewServer(cfg ServerConfig) *Server {
 	if conns <= 0 {
 		conns = defaultMaxTCPConns
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, inFlight: make(chan struct{}, limit), tcpSlots: make(chan struct{}, conns)}
+	s := &Server{cfg: cfg, log: cfg.Logger, stop: make(chan struct{}), conns: map[net.Conn]struct{}{},
+		inFlight: make(chan struct{}, limit), tcpSlots: make(chan struct{}, conns)}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -152,7 +212,7 @@ func (s *Server) listen(ctx context.Context, in func(func() error) error) (err e
 	defer func() {
 		if err != nil {
 			for _, l := range bound {
-				closeSocket(l.srv)
+				l.close()
 			}
 		}
 	}()
@@ -176,9 +236,13 @@ func (s *Server) listen(ctx context.Context, in func(func() error) error) (err e
 		if err != nil {
 			return fmt.Errorf("dns: listen on %s: %w", addr, err)
 		}
-		bound = append(bound,
-			s.newListener(&dns.Server{PacketConn: pc}, pc.LocalAddr(), "udp"),
-			s.newListener(&dns.Server{Listener: s.tcpListener(tl)}, tl.Addr(), "tcp"))
+		u, t, err := s.newListeners(pc.(*net.UDPConn), tl.(*net.TCPListener))
+		if err != nil {
+			pc.Close()
+			tl.Close()
+			return fmt.Errorf("dns: listen on %s: %w", addr, err)
+		}
+		bound = append(bound, u, t)
 	}
 	if len(bound) == 0 {
 		return fmt.Errorf("dns: no address to listen on in %v", s.cfg.Addrs)
@@ -188,52 +252,45 @@ func (s *Server) listen(ctx context.Context, in func(func() error) error) (err e
 	if s.closed {
 		return errors.New("dns: listen after shutdown")
 	}
-	s.servers = append(s.servers, bound...)
+	s.listeners = append(s.listeners, bound...)
 	return nil
 }
 
-// newListener completes srv with the handler and limits of a DNS proxy
-// listener.
-func (s *Server) newListener(srv *dns.Server, addr net.Addr, network string) *listener {
-	l := &listener{srv: srv, addr: addr, network: network, started: make(chan struct{}), done: make(chan struct{})}
-	srv.Handler = s.handler(network)
-	srv.MsgAcceptFunc = acceptQueries
-	srv.DecorateReader = func(r dns.Reader) dns.Reader { return screen{Reader: r, self: addrPort(addr), busy: s.busy} }
-	srv.NotifyStartedFunc = func() { close(l.started) }
-	srv.ReadTimeout = requestTimeout
-	if network == "udp" {
-		// miekg/dns sets this deadline on each read of the one UDP
-		// socket and reads again when it passes: an idle listener woke
-		// every 5 s for nothing, two per pod in shared mode (gozt
-		// bench's node scenario, bench/NOTES.md). Shutdown does not
-		// need it: it moves the deadline into the past itself.
-		srv.ReadTimeout = udpReadWait
+// newListeners returns the listeners of the UDP and TCP sockets bound to
+// one address.
+func (s *Server) newListeners(pc *net.UDPConn, tl *net.TCPListener) (udp, tcp *listener, err error) {
+	urc, err := pc.SyscallConn()
+	if err != nil {
+		return nil, nil, err
 	}
-	srv.WriteTimeout = requestTimeout
-	srv.IdleTimeout = func() time.Duration { return requestTimeout }
-	return l
+	trc, err := tl.SyscallConn()
+	if err != nil {
+		return nil, nil, err
+	}
+	udp = &listener{network: "udp", addr: pc.LocalAddr(), self: addrPort(pc.LocalAddr()), udp: pc,
+		watch: s.cfg.Sockets.Watch(urc)}
+	tcp = &listener{network: "tcp", addr: tl.Addr(), self: addrPort(tl.Addr()), accept: s.tcpListener(tl),
+		watch: s.cfg.Sockets.Watch(trc)}
+	udp.loop = func() { s.readUDP(udp) }
+	tcp.loop = func() { s.acceptTCP(tcp) }
+	return udp, tcp, nil
 }
 
-// udpReadWait is how long a UDP listener's read waits before it is
-// started again: long enough that an idle listener costs nothing.
-const udpReadWait = 24 * time.Hour
-
-// busy reports whether the in-flight bound is full: a query read now would
-// be answered SERVFAIL as busy.
-func (s *Server) busy() bool { return len(s.inFlight) == cap(s.inFlight) }
+// idle is how long a socket waits before it is parked, or 0 if sockets
+// are not parked.
+func (s *Server) idle() time.Duration {
+	switch {
+	case s.cfg.Sockets == nil:
+		return 0
+	case s.cfg.Idle > 0:
+		return s.cfg.Idle
+	}
+	return DefaultIdle
+}
 
 // noIPv6 reports whether err is binding an IPv6 address where IPv6 is off.
 func noIPv6(err error) bool {
 	return errors.Is(err, syscall.EADDRNOTAVAIL) || errors.Is(err, syscall.EAFNOSUPPORT)
-}
-
-func closeSocket(srv *dns.Server) {
-	if srv.PacketConn != nil {
-		srv.PacketConn.Close()
-	}
-	if srv.Listener != nil {
-		srv.Listener.Close()
-	}
 }
 
 func (s *Server) inNetns(fn func() error) error {
@@ -247,7 +304,7 @@ func (s *Server) inNetns(fn func() error) error {
 func (s *Server) Addrs() (udp, tcp []net.Addr) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, l := range s.servers {
+	for _, l := range s.listeners {
 		if l.network == "udp" {
 			udp = append(udp, l.addr)
 		} else {
@@ -269,7 +326,8 @@ func (s *Server) Serve() error {
 
 // Start serves the bound sockets until Shutdown, as Serve does, without
 // waiting: it reports whether it started them (not after Shutdown, nor a
-// second time). Shutdown still waits for what Start started.
+// second time). It parks each socket (ServerConfig.Sockets), or starts its
+// loop, and nothing else; Shutdown still waits for what Start started.
 func (s *Server) Start() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -277,86 +335,116 @@ func (s *Server) Start() bool {
 		return false
 	}
 	s.serving = true
-	for _, l := range s.servers {
+	for _, l := range s.listeners {
 		s.wg.Add(1)
-		go s.serveListener(l)
+		if !s.park(l) {
+			go l.loop()
+		}
 	}
 	return true
 }
 
-// Wait returns once the loops Start started have ended, with their
-// failures other than the shutdown itself.
+// park parks l's socket, whose loop is not running or about to end, and
+// reports whether it did: then the loop ends without giving back its
+// count of the WaitGroup, which its wake takes over; if not, the loop
+// goes on (or starts) on a goroutine of its own.
+func (s *Server) park(l *listener) bool {
+	return l.watch.Park(l.loop)
+}
+
+// Wait returns once the loops Start started have ended, and the queries
+// they read have been answered, with the loops' failures other than the
+// shutdown itself.
 func (s *Server) Wait() error {
 	s.wg.Wait()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var errs []error
-	for _, l := range s.servers {
+	for _, l := range s.listeners {
 		errs = append(errs, l.err)
 	}
 	return errors.Join(errs...)
 }
 
-// serveListener runs one miekg/dns server until it is shut down.
-func (s *Server) serveListener(l *listener) {
-	defer s.wg.Done()
-	defer close(l.done)
-	if err := l.srv.ActivateAndServe(); err != nil && s.lifetime.Err() == nil {
-		l.err = fmt.Errorf("dns: serve %s %v: %w", l.network, l.addr, err)
-		s.log.Warn("dns listener failed", "addr", l.addr, "error", err)
+// stopping reports whether Shutdown has begun.
+func (s *Server) stopping() bool {
+	select {
+	case <-s.stop:
+		return true
+	default:
+		return false
 	}
 }
+
+// failed records the failure of l's loop, which then ends, and closes
+// l's socket, which no loop reads any more. The loop still gives back its
+// count of the WaitGroup.
+func (s *Server) failed(l *listener, err error) {
+	l.err = fmt.Errorf("dns: serve %s %v: %w", l.network, l.addr, err)
+	s.log.Warn("dns listener failed", "addr", l.addr, "error", err)
+	l.close()
+}
+
+// aLongTimeAgo is a deadline in the past: it ends a blocked read at once.
+var aLongTimeAgo = time.Unix(1, 0)
 
 // Shutdown stops the listeners, lets queries in flight finish until ctx is
 // done, then abandons their upstream exchanges. It returns once Serve's
-// loops have ended.
+// loops have ended and the queries they read have been answered.
+//
+// A loop checks stop after it sets a deadline of its own, and Shutdown
+// sets its deadlines after it closes stop, so that a loop either sees
+// stop or has its deadline overridden.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
-	s.closed = true
-	serving, servers := s.serving, s.servers
+	first := !s.closed
+	if first {
+		s.closed = true
+		close(s.stop)
+	}
+	serving, listeners := s.serving, s.listeners
+	if first && serving {
+		for c := range s.conns {
+			_ = c.SetReadDeadline(aLongTimeAgo) // the query being answered, if any, is written
+		}
+	}
 	s.mu.Unlock()
 	if !serving {
 		s.cancel()
-		for _, l := range servers {
-			closeSocket(l.srv)
+		for _, l := range listeners {
+			l.close()
 		}
 		return nil
 	}
-	var wg sync.WaitGroup
-	for _, l := range servers {
-		wg.Go(func() {
-			select {
-			case <-l.started:
-				_ = l.srv.ShutdownContext(ctx)
-			case <-l.done:
+	if first {
+		for _, l := range listeners {
+			if l.watch.Unpark() {
+				s.wg.Done() // parked: its loop is over, and its wake never runs
 			}
+			if l.udp != nil {
+				// Not closed yet: the queries in flight write their replies.
+				_ = l.udp.SetReadDeadline(aLongTimeAgo)
+			} else {
+				l.accept.Close()
+			}
+		}
+	}
+	// Once drained, or at ctx's end, close the UDP sockets and end the
+	// upstream exchanges left.
+	var once sync.Once
+	end := func() {
+		once.Do(func() {
+			for _, l := range listeners {
+				l.close()
+			}
+			s.cancel()
 		})
 	}
-	wg.Wait()
-	s.cancel()
+	stopEnd := context.AfterFunc(ctx, end)
 	s.wg.Wait()
+	stopEnd()
+	end()
 	return nil
-}
-
-// handler answers the queries of one listener.
-func (s *Server) handler(network string) dns.Handler {
-	return dns.HandlerFunc(func(w dns.ResponseWriter, req *dns.Msg) {
-		resp := s.resolve(s.lifetime, req, network)
-		if network == "udp" {
-			resp.Truncate(udpSize(req))
-		}
-		if err := w.WriteMsg(resp); err != nil {
-			s.log.Debug("dns reply failed", "src.addr", w.RemoteAddr(), "error", err)
-		}
-	})
-}
-
-// udpSize is the largest UDP response req's sender accepts (RFC 6891 §6.2.5).
-func udpSize(req *dns.Msg) int {
-	if opt := req.IsEdns0(); opt != nil {
-		return max(int(opt.UDPSize()), dns.MinMsgSize)
-	}
-	return dns.MinMsgSize
 }
 
 // resolve answers req, received over network, as coming from the served
@@ -369,19 +457,32 @@ func (s *Server) resolve(ctx context.Context, req *dns.Msg, network string) (res
 		}
 	}()
 	// Every reply, FORMERR and NOTIMP too, is made inside the bound.
-	select {
-	case s.inFlight <- struct{}{}:
-		defer func() { <-s.inFlight }()
-	default:
-		s.log.Debug("dns proxy busy: query refused", "limit", cap(s.inFlight))
+	if !s.enter() {
 		return errorReply(req, dns.RcodeServerFailure)
 	}
+	defer s.leave()
 	if resp := precheck(req); resp != nil {
 		return resp
 	}
 	snap, client := s.cfg.Local(ctx)
 	return s.cfg.Resolver.answer(ctx, query{snap: snap, client: client, req: req, proto: network, dial: s.dial})
 }
+
+// enter takes a place in the in-flight bound for one query, reporting
+// whether there was one; if not, the query is to be answered SERVFAIL as
+// busy. A query that entered calls leave once answered.
+func (s *Server) enter() bool {
+	select {
+	case s.inFlight <- struct{}{}:
+		return true
+	default:
+		s.log.Debug("dns proxy busy: query refused", "limit", cap(s.inFlight))
+		return false
+	}
+}
+
+// leave frees the place in the in-flight bound a query took with enter.
+func (s *Server) leave() { <-s.inFlight }
 
 // dial makes an upstream socket inside the workload's network namespace,
 // with the mark.

@@ -352,21 +352,3 @@ func exchangeRaw(t *testing.T, udp string, pkt []byte) *dns.Msg {
 	}
 	return resp
 }
-
-// TestIdleUDPReadWait: an idle UDP listener's read does not time out every
-// few seconds (it woke every requestTimeout, two per pod in shared mode),
-// while a TCP connection's reads keep their request timeout.
-func TestIdleUDPReadWait(t *testing.T) {
-	ts := startServer(t, "127.83.4.7", newTestStore(t), testClient, Config{})
-	ts.srv.mu.Lock()
-	defer ts.srv.mu.Unlock()
-	for _, l := range ts.srv.servers {
-		want := requestTimeout
-		if l.network == "udp" {
-			want = udpReadWait
-		}
-		if got := l.srv.ReadTimeout; got != want {
-			t.Errorf("%s listener ReadTimeout = %v, want %v", l.network, got, want)
-		}
-	}
-}

@@ -1,17 +1,30 @@
 package dns
 
 import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
 	"net"
+	"os"
+	"slices"
 	"sync"
 	"time"
+
+	"github.com/miekg/dns"
 )
 
-// A server's TCP listeners hand miekg/dns only the connections admission
+// A TCP listener's loop (acceptTCP) serves only the connections admission
 // control admits (ServerConfig.AdmitTCP) and the server has room for
 // (ServerConfig.MaxTCPConns), issue 36 item 5. Without the bound, one pod
 // could open connections until the node-wide process ran out of
 // descriptors, each held for the request timeout; without admission, the
 // DNS port would accept while every other listener sheds.
+//
+// Each connection is served on a goroutine of its own (serveTCPConn): a
+// message at a time, each two-byte-length-prefixed (RFC 1035 §4.2.2),
+// each answered before the next is read, until the peer closes, it is
+// idle for the request timeout, or it has sent maxTCPQueries.
 
 // defaultMaxTCPConns is MaxTCPConns when zero: a stub resolver opens a TCP
 // connection only to retry a truncated answer, and each lasts at most one
@@ -19,8 +32,176 @@ import (
 // flooding.
 const defaultMaxTCPConns = 64
 
+// maxTCPQueries is how many messages a connection is served before it is
+// closed, as miekg/dns's server, which gozt used before, closed them.
+const maxTCPQueries = 128
+
 // refusedLogEvery rate-limits the log line of refused connections.
 const refusedLogEvery = time.Second
+
+// The wait after a failed accept of a listener without AdmitTCP: doubled
+// at each failure in a row, from minAcceptRetry up to maxAcceptRetry, as
+// net/http's server waits, so that running out of descriptors does not
+// spin the loop.
+const (
+	minAcceptRetry = 5 * time.Millisecond
+	maxAcceptRetry = time.Second
+)
+
+// acceptTCP is the loop of TCP listener l: it accepts connections and
+// serves each on a goroutine of its own (serveTCPConn), until Shutdown.
+//
+// With ServerConfig.Sockets, once its listener reports that no
+// connection came for an idle window (errIdle, or any error but a closed
+// listener's from AdmitTCP's), it parks the socket and ends; the wake
+// starts it again.
+func (s *Server) acceptTCP(l *listener) {
+	var retry time.Duration
+	for {
+		c, err := l.accept.Accept()
+		if err == nil {
+			retry = 0
+			s.wg.Add(1)
+			go s.serveTCPConn(l, c)
+			continue
+		}
+		switch {
+		case s.stopping():
+		case errors.Is(err, net.ErrClosed):
+			s.failed(l, err)
+		case errors.Is(err, errIdle) || s.cfg.AdmitTCP != nil:
+			// AdmitTCP's listener returns no other error
+			// (ServerConfig.AdmitTCP, Sockets).
+			if s.park(l) {
+				return
+			}
+			continue
+		default:
+			retry = min(max(2*retry, minAcceptRetry), maxAcceptRetry)
+			s.log.Warn("dns proxy: accept failed", "addr", l.addr, "error", err, "retry_in", retry)
+			if s.sleep(retry) {
+				continue
+			}
+		}
+		s.wg.Done() // over: Shutdown or a failure
+		return
+	}
+}
+
+// sleep waits for d, and reports whether it did: false if Shutdown began.
+func (s *Server) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-s.stop:
+		return false
+	}
+}
+
+// serveTCPConn serves connection c, accepted by l, until the peer closes
+// it, it is idle for requestTimeout, it has sent maxTCPQueries messages,
+// or Shutdown; then it closes c. A peer that is not answerable is not
+// read at all. Each query is answered before the next message is read;
+// messages shorter than a header and responses get no reply.
+func (s *Server) serveTCPConn(l *listener, c net.Conn) {
+	defer s.wg.Done()
+	defer c.Close() // frees its slot (slotConn)
+	if !answerable(l.self, addrPort(c.RemoteAddr())) || !s.track(c) {
+		return
+	}
+	defer s.untrack(c)
+	var buf []byte
+	for range maxTCPQueries {
+		m, err := s.readTCPMsg(c, buf)
+		if err != nil {
+			return // closed, idle, cut short or Shutdown: nothing to answer
+		}
+		buf = m
+		if len(m) < headerLen || isResponse(m) {
+			continue
+		}
+		req := new(dns.Msg)
+		err = req.Unpack(m)
+		out, err := packTCP(s.respond(req, err, "tcp"))
+		if err == nil {
+			err = c.SetWriteDeadline(time.Now().Add(requestTimeout))
+		}
+		if err == nil {
+			_, err = c.Write(out)
+		}
+		if err != nil {
+			s.log.Debug("dns reply failed", "src.addr", c.RemoteAddr(), "error", err)
+			if !errors.Is(err, errPack) {
+				return
+			}
+		}
+	}
+}
+
+// errStopping ends the read of a connection once Shutdown has begun.
+var errStopping = errors.New("dns: server shutting down")
+
+// readTCPMsg reads the next message from c, into buf's array if it fits,
+// within requestTimeout, the bound on each request and on the wait for it.
+func (s *Server) readTCPMsg(c net.Conn, buf []byte) ([]byte, error) {
+	if err := c.SetReadDeadline(time.Now().Add(requestTimeout)); err != nil {
+		return nil, err
+	}
+	// After the deadline (Shutdown): a read that started before Shutdown
+	// has its deadline moved into the past.
+	if s.stopping() {
+		return nil, errStopping
+	}
+	buf = slices.Grow(buf[:0], 2)[:2]
+	if _, err := io.ReadFull(c, buf); err != nil {
+		return nil, err
+	}
+	n := int(binary.BigEndian.Uint16(buf))
+	buf = slices.Grow(buf[:0], n)[:n]
+	if _, err := io.ReadFull(c, buf); err != nil {
+		return nil, err
+	}
+	return buf, nil
+}
+
+// errPack is a reply that cannot be sent: it does not pack, or is longer
+// than the two-byte length of a TCP message allows. The connection goes
+// on.
+var errPack = errors.New("dns: reply cannot be packed")
+
+// packTCP returns resp packed as a TCP message: prefixed by its length.
+func packTCP(resp *dns.Msg) ([]byte, error) {
+	b, err := resp.Pack()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errPack, err)
+	}
+	if len(b) > dns.MaxMsgSize {
+		return nil, fmt.Errorf("%w: %d bytes", errPack, len(b))
+	}
+	out := make([]byte, 2, 2+len(b))
+	binary.BigEndian.PutUint16(out, uint16(len(b)))
+	return append(out, b...), nil
+}
+
+// track adds c to the connections Shutdown interrupts, and reports
+// whether it did: not once Shutdown has begun.
+func (s *Server) track(c net.Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.conns[c] = struct{}{}
+	return true
+}
+
+func (s *Server) untrack(c net.Conn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.conns, c)
+}
 
 // boundedListener accepts connections while fewer than cap(slots) are
 // open and resets, at once, every one accepted past that.
@@ -50,7 +231,7 @@ func (l *boundedListener) Accept() (net.Conn, error) {
 }
 
 // slotConn is an accepted connection holding one slot of its listener
-// until its first Close, which miekg/dns always makes.
+// until its first Close, which serveTCPConn always makes.
 type slotConn struct {
 	net.Conn
 	slots chan struct{}
@@ -72,12 +253,57 @@ func resetConn(c net.Conn) {
 	c.Close()
 }
 
-// tcpListener returns l as miekg/dns serves it: admitted, then bounded.
-func (s *Server) tcpListener(l net.Listener) net.Listener {
-	if s.cfg.AdmitTCP != nil {
-		l = s.cfg.AdmitTCP(l)
+// tcpListener returns l as its loop accepts from it: admitted, or made to
+// idle if sockets are parked, then bounded.
+func (s *Server) tcpListener(l *net.TCPListener) net.Listener {
+	var ln net.Listener = l
+	switch {
+	case s.cfg.AdmitTCP != nil:
+		ln = s.cfg.AdmitTCP(l)
+	case s.idle() > 0:
+		ln = &idleListener{TCPListener: l, idle: s.idle()}
 	}
-	return &boundedListener{Listener: l, slots: s.tcpSlots, refused: s.refuseTCP}
+	return &boundedListener{Listener: ln, slots: s.tcpSlots, refused: s.refuseTCP}
+}
+
+// errIdle is idleListener's error when no connection came for a window.
+var errIdle = errors.New("dns: listener idle")
+
+// idleListener is a TCP listener whose Accept returns errIdle once no
+// connection has come for idle to twice idle, for its loop to park it
+// (ServerConfig.Sockets), without AdmitTCP, which idles itself. Its
+// deadline is set once per window, not per connection.
+type idleListener struct {
+	*net.TCPListener
+	idle time.Duration
+
+	// Owned by the loop.
+	armed bool // the window's deadline is set
+	busy  bool // a connection came in the window
+}
+
+// Accept returns the next connection, errIdle, or the listener's error.
+func (l *idleListener) Accept() (net.Conn, error) {
+	for {
+		if !l.armed {
+			if err := l.SetDeadline(time.Now().Add(l.idle)); err != nil {
+				return nil, err
+			}
+			l.armed, l.busy = true, false
+		}
+		c, err := l.TCPListener.Accept()
+		if err == nil {
+			l.busy = true
+			return c, nil
+		}
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			return nil, err
+		}
+		l.armed = false
+		if !l.busy {
+			return nil, errIdle
+		}
+	}
 }
 
 // refuseTCP counts a connection refused for lack of room and logs it, at
