@@ -43,7 +43,12 @@ func (p *Proxy) admitting(l net.Listener, name string) *admission.Listener {
 	}
 }
 
-// admitDNS wraps a DNS proxy's TCP listener in admission control.
+// admitDNS wraps a DNS proxy's TCP listener in admission control, which
+// with Config.Sockets also tells the DNS server's loop when to park it.
 func (p *Proxy) admitDNS(l net.Listener) net.Listener {
-	return p.admitting(l, telemetry.DNSListener)
+	a := p.admitting(l, telemetry.DNSListener)
+	if p.cfg.Sockets != nil {
+		a.Idle = acceptIdle
+	}
+	return a
 }

@@ -19,8 +19,8 @@ import (
 // spare descriptor as one queued on 15001 is, each counted in
 // gozt_connections_shed_total{reason="fd_exhausted"} under its listener,
 // and readiness learns of it; once descriptors are back the DNS proxy
-// answers over TCP again. (miekg/dns alone retries EMFILE at once, for
-// ever: the queued client would wait and the loop spin.)
+// answers over TCP again. (The DNS server alone only backs off EMFILE:
+// the queued client would wait.)
 func TestAdmissionShedsDNSOutOfDescriptors(t *testing.T) {
 	const ip = "127.92.2.3"
 	adm := admission.New(admission.Config{})

@@ -299,7 +299,7 @@ func New(cfg Config) (*Proxy, error) {
 		p.dns = dns.NewServer(dns.ServerConfig{
 			Resolver: cfg.DNS, Local: p.awaitLocalWorkload, Addrs: cfg.DNSAddrs,
 			InNetns: cfg.InNetns, Mark: cfg.Mark, ReusePort: cfg.ReusePort, OptionalIPv6: true, Logger: p.log,
-			AdmitTCP: p.admitDNS,
+			AdmitTCP: p.admitDNS, Sockets: cfg.Sockets, Idle: acceptIdle,
 		})
 	}
 	return p, nil

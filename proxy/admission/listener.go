@@ -11,9 +11,9 @@ import (
 // backs off or, out of descriptors, sheds the queue (never spinning), and
 // a connection accepted is handed to Admit, which resets it under memory
 // pressure. Every listener of a proxy accepts through one: its own and
-// its DNS proxy's TCP listeners (dns.ServerConfig.AdmitTCP), whose
-// miekg/dns serve loop would otherwise retry EMFILE at once, for ever, and
-// accept while every other listener sheds.
+// its DNS proxy's TCP listeners (dns.ServerConfig.AdmitTCP), which would
+// otherwise only back off a failed accept, and accept while every other
+// listener sheds.
 //
 // Accept is called by one goroutine at a time (the listener's accept loop).
 type Listener struct {
