@@ -332,22 +332,8 @@ func served(addr string, ask func(*dns.Conn) error) bool {
 // assertion) or it does not decode.
 func exchangeRaw(t *testing.T, udp string, pkt []byte) *dns.Msg {
 	t.Helper()
-	c, err := net.Dial("udp", udp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := c.Write(pkt); err != nil {
-		t.Fatal(err)
-	}
-	buf := make([]byte, 1500)
-	n, err := c.Read(buf)
-	if err != nil {
-		t.Fatalf("no reply: %v", err)
-	}
 	resp := new(dns.Msg)
-	if err := resp.Unpack(buf[:n]); err != nil {
+	if err := resp.Unpack(rawExchange(t, udp, pkt)); err != nil {
 		t.Fatalf("reply does not decode: %v", err)
 	}
 	return resp
