@@ -90,7 +90,16 @@ func TestAdmissionShedsDNSOutOfDescriptors(t *testing.T) {
 	if !exhausted {
 		t.Error("FDExhausted() = false while the accept loops shed")
 	}
-	if err := dnsAnswered(dnsTCP); err != nil {
+	// A connection that comes as the descriptors do can still meet the
+	// last shed: an accept that failed just before restore sheds what is
+	// queued by then. So a reset is tried again; the proxy must answer
+	// within the hang guard.
+	err := dnsAnswered(dnsTCP)
+	for start := time.Now(); errors.Is(err, unix.ECONNRESET) && time.Since(start) < 5*time.Second; {
+		time.Sleep(10 * time.Millisecond)
+		err = dnsAnswered(dnsTCP)
+	}
+	if err != nil {
 		t.Errorf("DNS over TCP with descriptors back: %v", err)
 	}
 }
