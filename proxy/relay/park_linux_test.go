@@ -131,7 +131,7 @@ func exchange(t *testing.T, w, r net.Conn, p []byte) {
 // connection went idle and parked, and checks every byte, that an idle
 // connection has no goroutine in its pulled direction, and the result.
 func TestPollerParksAndWakes(t *testing.T) {
-	p := relay.NewPoller()
+	p := relay.NewPoller(nil)
 	defer p.Close()
 	r := startParked(t, p)
 	rng := mrand.New(mrand.NewPCG(1, 2))
@@ -175,7 +175,7 @@ func TestPollerParksAndWakes(t *testing.T) {
 func TestPollerHalfClose(t *testing.T) {
 	for _, clientFirst := range []bool{true, false} {
 		t.Run(fmt.Sprintf("client-first=%v", clientFirst), func(t *testing.T) {
-			p := relay.NewPoller()
+			p := relay.NewPoller(nil)
 			defer p.Close()
 			r := startParked(t, p)
 			exchange(t, r.client, r.server, []byte("request"))
@@ -223,7 +223,7 @@ func readEOF(t *testing.T, c net.Conn) {
 func TestPollerReset(t *testing.T) {
 	for _, resetClient := range []bool{true, false} {
 		t.Run(fmt.Sprintf("reset-client=%v", resetClient), func(t *testing.T) {
-			p := relay.NewPoller()
+			p := relay.NewPoller(nil)
 			defer p.Close()
 			r := startParked(t, p)
 			exchange(t, r.client, r.server, []byte("x"))
@@ -255,7 +255,7 @@ func TestPollerReset(t *testing.T) {
 // does (SO_LINGER 0, through the Poller): the copy ends once, with the
 // bytes copied before, and the client reads a reset.
 func TestPollerCloseConnWhileParked(t *testing.T) {
-	p := relay.NewPoller()
+	p := relay.NewPoller(nil)
 	defer p.Close()
 	r := startParked(t, p)
 	exchange(t, r.client, r.server, []byte("abc"))
@@ -282,7 +282,7 @@ func TestPollerCloseConnWhileParked(t *testing.T) {
 // TestPollerClose: a Poller that closes hands its parked connections back
 // to goroutines, which go on copying.
 func TestPollerClose(t *testing.T) {
-	p := relay.NewPoller()
+	p := relay.NewPoller(nil)
 	r := startParked(t, p)
 	exchange(t, r.client, r.server, []byte("before"))
 	waitParked(t, p, 1)
@@ -305,7 +305,7 @@ func TestPollerClose(t *testing.T) {
 // its goroutine, and parks it once descriptors are free again: a failure at
 // the limit is not for the process's life.
 func TestPollerAfterTheDescriptorLimit(t *testing.T) {
-	p := relay.NewPoller()
+	p := relay.NewPoller(nil)
 	defer p.Close()
 	restore := proctest.LeaveDescriptors(t, 5) // startParked's listener and four sockets
 	r := startParked(t, p)
@@ -314,7 +314,7 @@ func TestPollerAfterTheDescriptorLimit(t *testing.T) {
 		t.Fatal("a descriptor is left: the test set nothing up")
 	}
 	exchange(t, r.client, r.server, []byte("at the limit"))
-	waitUntil(t, func() bool { return relay.SetErrsForTest(p) > 0 }, "a failed epoll_create1")
+	waitUntil(t, func() bool { return relay.ParkErrsForTest(p) > 0 }, "a park failed for want of an epoll set")
 	restore()
 	if n := p.Parked(); n != 0 {
 		t.Fatalf("%d connections parked without an epoll set", n)
@@ -336,7 +336,7 @@ func TestPollerAfterTheDescriptorLimit(t *testing.T) {
 // same Poller. Taking the old connection out of the Poller afterwards must
 // not touch the new socket's registration: the new connection still wakes.
 func TestPollerDescriptorReuse(t *testing.T) {
-	p := relay.NewPoller()
+	p := relay.NewPoller(nil)
 	defer p.Close()
 	old := startParked(t, p)
 	exchange(t, old.client, old.server, []byte("x"))
@@ -393,7 +393,7 @@ func TestPollerDescriptorReuse(t *testing.T) {
 // when a byte comes, and each copy ends exactly once.
 func TestPollerManyIdle(t *testing.T) {
 	const n = 2000
-	p := relay.NewPoller()
+	p := relay.NewPoller(nil)
 	defer p.Close()
 	ln := listenPark(t)
 	base := runtime.NumGoroutine()
@@ -472,7 +472,7 @@ func TestPollerManyIdle(t *testing.T) {
 // waiting briefly, parking or parked: whichever it is doing, the copy ends,
 // once.
 func TestPollerCloseWhileParking(t *testing.T) {
-	p := relay.NewPoller()
+	p := relay.NewPoller(nil)
 	defer p.Close()
 	ln := listenPark(t)
 	rng := mrand.New(mrand.NewPCG(5, 6))
@@ -513,7 +513,7 @@ func TestPollerCloseWhileParking(t *testing.T) {
 // and is about to park: the direction must not park a socket that is being
 // closed (it would then never wake), so the copy ends.
 func TestPollerCloseRacingPark(t *testing.T) {
-	p := relay.NewPoller()
+	p := relay.NewPoller(nil)
 	defer p.Close()
 	ln := listenPark(t)
 	client, a := pairOn(t, ln)
