@@ -17,6 +17,7 @@ import (
 
 	"github.com/gozt/gozt/internal/proctest"
 	"github.com/gozt/gozt/proxy/relay"
+	"github.com/gozt/gozt/proxy/sockwait"
 )
 
 // parkIP is the loopback address the Poller tests listen on.
@@ -538,5 +539,112 @@ func TestPollerCloseRacingPark(t *testing.T) {
 	case <-done:
 	case <-time.After(testTimeout):
 		t.Fatal("the copy did not end: its socket was parked while being closed")
+	}
+}
+
+// TestPollerPrivateSet: a Poller given no Set makes its own and parks in
+// it; its Close hands the parked connection back to a goroutine.
+func TestPollerPrivateSet(t *testing.T) {
+	p := relay.NewPoller(nil)
+	r := startParked(t, p)
+	for i := range 3 {
+		exchange(t, r.client, r.server, []byte{byte(i)})
+		waitParked(t, p, 1)
+		if n := pullGoroutines(); n != 0 {
+			t.Fatalf("round %d: parked, but %d goroutines run the pulled direction", i, n)
+		}
+	}
+	p.Close()
+	exchange(t, r.client, r.server, []byte("after"))
+	r.client.CloseWrite()
+	readEOF(t, r.server)
+	r.server.CloseWrite()
+	readEOF(t, r.client)
+	if out := r.wait(t); out.res != (relay.Result{AToB: 8}) || out.err != nil {
+		t.Errorf("done(%+v, %v), want done({AToB:8}, nil)", out.res, out.err)
+	}
+}
+
+// TestPollersShareASet: two Pollers parking in one Set (a node's pods)
+// count their own connections only, and closing one hands its connections
+// back without touching the other's, which stay parked, wake on data and
+// park again in the Set, still open.
+func TestPollersShareASet(t *testing.T) {
+	set := sockwait.New()
+	defer set.Close()
+	p1, p2 := relay.NewPoller(set), relay.NewPoller(set)
+	defer p2.Close()
+	r1a, r1b := startParked(t, p1), startParked(t, p1)
+	r2 := startParked(t, p2)
+	for _, r := range []*parkedRelay{r1a, r1b, r2} {
+		exchange(t, r.client, r.server, []byte("x"))
+	}
+	waitParked(t, p1, 2)
+	waitParked(t, p2, 1)
+	if n := set.Parked(); n != 3 {
+		t.Fatalf("the Set holds %d parked sockets, want 3", n)
+	}
+
+	p1.Close()
+	if n := p1.Parked(); n != 0 {
+		t.Errorf("%d connections parked in the closed Poller", n)
+	}
+	time.Sleep(2 * relay.IdleRespawn) // time to disturb p2's, if anything did
+	if n := p2.Parked(); n != 1 {
+		t.Fatalf("the other Poller has %d parked connections after the close, want 1", n)
+	}
+	if n := set.Parked(); n != 1 {
+		t.Fatalf("the Set holds %d parked sockets after one Poller closed, want 1", n)
+	}
+	for round := range 3 {
+		exchange(t, r2.client, r2.server, []byte("yz"))
+		exchange(t, r2.server, r2.client, []byte{byte(round)})
+		waitParked(t, p2, 1)
+	}
+
+	// p1's connections went back to goroutines and still copy.
+	for _, r := range []*parkedRelay{r1a, r1b} {
+		exchange(t, r.client, r.server, []byte("after"))
+		r.client.CloseWrite()
+		readEOF(t, r.server)
+		r.server.CloseWrite()
+		readEOF(t, r.client)
+		if out := r.wait(t); out.res != (relay.Result{AToB: 6}) || out.err != nil {
+			t.Errorf("done(%+v, %v), want done({AToB:6}, nil)", out.res, out.err)
+		}
+	}
+	r2.client.CloseWrite()
+	readEOF(t, r2.server)
+	r2.server.CloseWrite()
+	readEOF(t, r2.client)
+	if out := r2.wait(t); out.res != (relay.Result{AToB: 7, BToA: 3}) || out.err != nil {
+		t.Errorf("done(%+v, %v), want done({AToB:7 BToA:3}, nil)", out.res, out.err)
+	}
+}
+
+// TestPollerSharedSetCloses: when its shared Set closes (the process
+// stops), a Poller's parked connections go back to goroutines and keep
+// copying, without parking again.
+func TestPollerSharedSetCloses(t *testing.T) {
+	set := sockwait.New()
+	p := relay.NewPoller(set)
+	defer p.Close()
+	r := startParked(t, p)
+	exchange(t, r.client, r.server, []byte("before"))
+	waitParked(t, p, 1)
+	set.Close()
+	waitParked(t, p, 0)
+	exchange(t, r.client, r.server, []byte("after"))
+	time.Sleep(2 * relay.IdleRespawn) // past the wait before a park
+	if n := p.Parked(); n != 0 {
+		t.Errorf("%d connections parked in a closed Set", n)
+	}
+	exchange(t, r.server, r.client, []byte("back"))
+	r.client.CloseWrite()
+	readEOF(t, r.server)
+	r.server.CloseWrite()
+	readEOF(t, r.client)
+	if out := r.wait(t); out.res != (relay.Result{AToB: 11, BToA: 4}) || out.err != nil {
+		t.Errorf("done(%+v, %v), want done({AToB:11 BToA:4}, nil)", out.res, out.err)
 	}
 }
