@@ -28,7 +28,7 @@ var allowed = map[string][]string{
 	"xds/xdstest":                   {"xds", "xds/xdsserver"},
 	"hbone":                         {"certs", "certs/identity", "internal/workers"},
 	"hbone/hbonetest":               {},
-	"proxy/relay":                   {"internal/workers"},
+	"proxy/relay":                   {"internal/workers", "proxy/sockwait"},
 	"proxy/netns":                   {},
 	"proxy/sockwait":                {},
 	"proxy/sockopt":                 {"proxy/netns"},

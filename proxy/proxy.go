@@ -274,7 +274,7 @@ func New(cfg Config) (*Proxy, error) {
 		listeners: make(map[string]net.Listener),
 		conns:     make(map[net.Conn]prometheus.Gauge),
 		illegal:   illegalPorts{OutboundPort, PlaintextPort, InboundPort},
-		relays:    relay.NewPoller(),
+		relays:    relay.NewPoller(cfg.Sockets),
 	}
 	if cfg.EnableSOCKS5 {
 		p.illegal[3] = SOCKS5Port

@@ -134,9 +134,11 @@ func FDOf(c *net.TCPConn) int {
 // the close itself.
 func SetBeforeCloseForTest(p *Poller, f func()) { p.beforeClose = f }
 
-// SetErrsForTest reports how many times p failed to make its epoll set.
-func SetErrsForTest(p *Poller) int {
+// ParkErrsForTest reports how many times a direction failed to park in p:
+// its socket or p's Set was closed, or the Set could not make its epoll
+// set.
+func ParkErrsForTest(p *Poller) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.setErrs
+	return p.parkErrs
 }

@@ -123,7 +123,7 @@ func startRelayVia(t testing.TB, ka, kb legKind, v via) *relayed {
 			r.done <- copyOutcome{res, err}
 		})
 	case viaPoller:
-		r.poller = relay.NewPoller()
+		r.poller = relay.NewPoller(nil)
 		r.poller.Start(r.a, r.b, &r.aToB, &r.bToA, func(res relay.Result, err error) {
 			r.done <- copyOutcome{res, err}
 		})

@@ -17,6 +17,7 @@ import (
 
 	"github.com/gozt/gozt/internal/proctest"
 	"github.com/gozt/gozt/proxy/relay"
+	"github.com/gozt/gozt/proxy/sockwait"
 )
 
 // parkIP is the loopback address the Poller tests listen on.
@@ -131,7 +132,7 @@ func exchange(t *testing.T, w, r net.Conn, p []byte) {
 // connection went idle and parked, and checks every byte, that an idle
 // connection has no goroutine in its pulled direction, and the result.
 func TestPollerParksAndWakes(t *testing.T) {
-	p := relay.NewPoller()
+	p := relay.NewPoller(nil)
 	defer p.Close()
 	r := startParked(t, p)
 	rng := mrand.New(mrand.NewPCG(1, 2))
@@ -175,7 +176,7 @@ func TestPollerParksAndWakes(t *testing.T) {
 func TestPollerHalfClose(t *testing.T) {
 	for _, clientFirst := range []bool{true, false} {
 		t.Run(fmt.Sprintf("client-first=%v", clientFirst), func(t *testing.T) {
-			p := relay.NewPoller()
+			p := relay.NewPoller(nil)
 			defer p.Close()
 			r := startParked(t, p)
 			exchange(t, r.client, r.server, []byte("request"))
@@ -223,7 +224,7 @@ func readEOF(t *testing.T, c net.Conn) {
 func TestPollerReset(t *testing.T) {
 	for _, resetClient := range []bool{true, false} {
 		t.Run(fmt.Sprintf("reset-client=%v", resetClient), func(t *testing.T) {
-			p := relay.NewPoller()
+			p := relay.NewPoller(nil)
 			defer p.Close()
 			r := startParked(t, p)
 			exchange(t, r.client, r.server, []byte("x"))
@@ -255,7 +256,7 @@ func TestPollerReset(t *testing.T) {
 // does (SO_LINGER 0, through the Poller): the copy ends once, with the
 // bytes copied before, and the client reads a reset.
 func TestPollerCloseConnWhileParked(t *testing.T) {
-	p := relay.NewPoller()
+	p := relay.NewPoller(nil)
 	defer p.Close()
 	r := startParked(t, p)
 	exchange(t, r.client, r.server, []byte("abc"))
@@ -282,7 +283,7 @@ func TestPollerCloseConnWhileParked(t *testing.T) {
 // TestPollerClose: a Poller that closes hands its parked connections back
 // to goroutines, which go on copying.
 func TestPollerClose(t *testing.T) {
-	p := relay.NewPoller()
+	p := relay.NewPoller(nil)
 	r := startParked(t, p)
 	exchange(t, r.client, r.server, []byte("before"))
 	waitParked(t, p, 1)
@@ -305,7 +306,7 @@ func TestPollerClose(t *testing.T) {
 // its goroutine, and parks it once descriptors are free again: a failure at
 // the limit is not for the process's life.
 func TestPollerAfterTheDescriptorLimit(t *testing.T) {
-	p := relay.NewPoller()
+	p := relay.NewPoller(nil)
 	defer p.Close()
 	restore := proctest.LeaveDescriptors(t, 5) // startParked's listener and four sockets
 	r := startParked(t, p)
@@ -314,7 +315,7 @@ func TestPollerAfterTheDescriptorLimit(t *testing.T) {
 		t.Fatal("a descriptor is left: the test set nothing up")
 	}
 	exchange(t, r.client, r.server, []byte("at the limit"))
-	waitUntil(t, func() bool { return relay.SetErrsForTest(p) > 0 }, "a failed epoll_create1")
+	waitUntil(t, func() bool { return relay.ParkErrsForTest(p) > 0 }, "a park failed for want of an epoll set")
 	restore()
 	if n := p.Parked(); n != 0 {
 		t.Fatalf("%d connections parked without an epoll set", n)
@@ -336,7 +337,7 @@ func TestPollerAfterTheDescriptorLimit(t *testing.T) {
 // same Poller. Taking the old connection out of the Poller afterwards must
 // not touch the new socket's registration: the new connection still wakes.
 func TestPollerDescriptorReuse(t *testing.T) {
-	p := relay.NewPoller()
+	p := relay.NewPoller(nil)
 	defer p.Close()
 	old := startParked(t, p)
 	exchange(t, old.client, old.server, []byte("x"))
@@ -393,7 +394,7 @@ func TestPollerDescriptorReuse(t *testing.T) {
 // when a byte comes, and each copy ends exactly once.
 func TestPollerManyIdle(t *testing.T) {
 	const n = 2000
-	p := relay.NewPoller()
+	p := relay.NewPoller(nil)
 	defer p.Close()
 	ln := listenPark(t)
 	base := runtime.NumGoroutine()
@@ -472,7 +473,7 @@ func TestPollerManyIdle(t *testing.T) {
 // waiting briefly, parking or parked: whichever it is doing, the copy ends,
 // once.
 func TestPollerCloseWhileParking(t *testing.T) {
-	p := relay.NewPoller()
+	p := relay.NewPoller(nil)
 	defer p.Close()
 	ln := listenPark(t)
 	rng := mrand.New(mrand.NewPCG(5, 6))
@@ -513,7 +514,7 @@ func TestPollerCloseWhileParking(t *testing.T) {
 // and is about to park: the direction must not park a socket that is being
 // closed (it would then never wake), so the copy ends.
 func TestPollerCloseRacingPark(t *testing.T) {
-	p := relay.NewPoller()
+	p := relay.NewPoller(nil)
 	defer p.Close()
 	ln := listenPark(t)
 	client, a := pairOn(t, ln)
@@ -538,5 +539,112 @@ func TestPollerCloseRacingPark(t *testing.T) {
 	case <-done:
 	case <-time.After(testTimeout):
 		t.Fatal("the copy did not end: its socket was parked while being closed")
+	}
+}
+
+// TestPollerPrivateSet: a Poller given no Set makes its own and parks in
+// it; its Close hands the parked connection back to a goroutine.
+func TestPollerPrivateSet(t *testing.T) {
+	p := relay.NewPoller(nil)
+	r := startParked(t, p)
+	for i := range 3 {
+		exchange(t, r.client, r.server, []byte{byte(i)})
+		waitParked(t, p, 1)
+		if n := pullGoroutines(); n != 0 {
+			t.Fatalf("round %d: parked, but %d goroutines run the pulled direction", i, n)
+		}
+	}
+	p.Close()
+	exchange(t, r.client, r.server, []byte("after"))
+	r.client.CloseWrite()
+	readEOF(t, r.server)
+	r.server.CloseWrite()
+	readEOF(t, r.client)
+	if out := r.wait(t); out.res != (relay.Result{AToB: 8}) || out.err != nil {
+		t.Errorf("done(%+v, %v), want done({AToB:8}, nil)", out.res, out.err)
+	}
+}
+
+// TestPollersShareASet: two Pollers parking in one Set (a node's pods)
+// count their own connections only, and closing one hands its connections
+// back without touching the other's, which stay parked, wake on data and
+// park again in the Set, still open.
+func TestPollersShareASet(t *testing.T) {
+	set := sockwait.New()
+	defer set.Close()
+	p1, p2 := relay.NewPoller(set), relay.NewPoller(set)
+	defer p2.Close()
+	r1a, r1b := startParked(t, p1), startParked(t, p1)
+	r2 := startParked(t, p2)
+	for _, r := range []*parkedRelay{r1a, r1b, r2} {
+		exchange(t, r.client, r.server, []byte("x"))
+	}
+	waitParked(t, p1, 2)
+	waitParked(t, p2, 1)
+	if n := set.Parked(); n != 3 {
+		t.Fatalf("the Set holds %d parked sockets, want 3", n)
+	}
+
+	p1.Close()
+	if n := p1.Parked(); n != 0 {
+		t.Errorf("%d connections parked in the closed Poller", n)
+	}
+	time.Sleep(2 * relay.IdleRespawn) // time to disturb p2's, if anything did
+	if n := p2.Parked(); n != 1 {
+		t.Fatalf("the other Poller has %d parked connections after the close, want 1", n)
+	}
+	if n := set.Parked(); n != 1 {
+		t.Fatalf("the Set holds %d parked sockets after one Poller closed, want 1", n)
+	}
+	for round := range 3 {
+		exchange(t, r2.client, r2.server, []byte("yz"))
+		exchange(t, r2.server, r2.client, []byte{byte(round)})
+		waitParked(t, p2, 1)
+	}
+
+	// p1's connections went back to goroutines and still copy.
+	for _, r := range []*parkedRelay{r1a, r1b} {
+		exchange(t, r.client, r.server, []byte("after"))
+		r.client.CloseWrite()
+		readEOF(t, r.server)
+		r.server.CloseWrite()
+		readEOF(t, r.client)
+		if out := r.wait(t); out.res != (relay.Result{AToB: 6}) || out.err != nil {
+			t.Errorf("done(%+v, %v), want done({AToB:6}, nil)", out.res, out.err)
+		}
+	}
+	r2.client.CloseWrite()
+	readEOF(t, r2.server)
+	r2.server.CloseWrite()
+	readEOF(t, r2.client)
+	if out := r2.wait(t); out.res != (relay.Result{AToB: 7, BToA: 3}) || out.err != nil {
+		t.Errorf("done(%+v, %v), want done({AToB:7 BToA:3}, nil)", out.res, out.err)
+	}
+}
+
+// TestPollerSharedSetCloses: when its shared Set closes (the process
+// stops), a Poller's parked connections go back to goroutines and keep
+// copying, without parking again.
+func TestPollerSharedSetCloses(t *testing.T) {
+	set := sockwait.New()
+	p := relay.NewPoller(set)
+	defer p.Close()
+	r := startParked(t, p)
+	exchange(t, r.client, r.server, []byte("before"))
+	waitParked(t, p, 1)
+	set.Close()
+	waitParked(t, p, 0)
+	exchange(t, r.client, r.server, []byte("after"))
+	time.Sleep(2 * relay.IdleRespawn) // past the wait before a park
+	if n := p.Parked(); n != 0 {
+		t.Errorf("%d connections parked in a closed Set", n)
+	}
+	exchange(t, r.server, r.client, []byte("back"))
+	r.client.CloseWrite()
+	readEOF(t, r.server)
+	r.server.CloseWrite()
+	readEOF(t, r.client)
+	if out := r.wait(t); out.res != (relay.Result{AToB: 11, BToA: 4}) || out.err != nil {
+		t.Errorf("done(%+v, %v), want done({AToB:11 BToA:4}, nil)", out.res, out.err)
 	}
 }

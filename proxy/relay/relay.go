@@ -7,9 +7,9 @@
 // direction from the socket, while the stream pushes its bytes by itself
 // (see below). Those goroutines' stacks stay small while the connection is
 // idle (start.go); with a non-nil Poller, an idle connection of the push
-// case has no goroutine at all: its TCP socket waits in the Poller's epoll
-// set (Linux, park.go), and every close of such a leg must go through the
-// Poller.
+// case has no goroutine at all: its TCP socket waits in the Poller's
+// sockwait.Set (Linux, park.go), and every close of such a leg must go
+// through the Poller.
 // Each direction ends with a write-side shutdown of its destination (FIN on
 // TCP, close_notify on TLS, END_STREAM on an HBONE stream) when its source
 // reads EOF, so half-closed connections keep flowing the other way until

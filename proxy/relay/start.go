@@ -107,7 +107,7 @@ const idleRespawn = 20 * time.Millisecond
 // been quiet that long it parks it in the Poller and exits; the Poller
 // starts the next turn when the socket is readable. The short waits keep a
 // connection that is busy (a request and its response, say) off the epoll
-// calls, which cost a wake-up of the Poller's goroutine and two system calls
+// calls, which cost a wake-up of its Set's goroutine and two system calls
 // per turn.
 //
 // Start owns the socket's read deadline meanwhile: it sets one for the

@@ -31,8 +31,8 @@
 // Its loop is one goroutine per process, started at the first Park and
 // ended when no socket is watched any more; its epoll descriptor is
 // non-blocking and waited on through the runtime's poller, so no thread is
-// held. The same mechanism keeps idle relay
-// directions without goroutines (proxy/relay's Poller), per proxy.
+// held. Idle relay directions park in it too (proxy/relay's Poller, one
+// per proxy, all in the process's Set in shared mode).
 package sockwait
 
 import (
