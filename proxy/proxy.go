@@ -120,11 +120,13 @@ type Config struct {
 	// admission); every proxy of the process shares one. Nil admits every
 	// connection.
 	Admission *admission.Controller
-	// Sockets, if non-nil, parks each listener no connection has come to for
-	// acceptIdle, so that an idle listener holds no goroutine: its accept
-	// loop returns and the Set starts it again when a connection comes
-	// (package sockwait; issue 40). Every proxy of the process shares one.
-	// Nil: each listener's accept loop waits on its goroutine.
+	// Sockets, if non-nil, parks each listener and DNS socket nothing has
+	// come to for acceptIdle, so that an idle one holds no goroutine: its
+	// loop returns and the Set starts it again when something comes
+	// (package sockwait; issue 40); idle relay directions park there too.
+	// Every proxy of the process shares one. Nil: each listener's loop
+	// waits on its goroutine, and the relay parks in a set of the proxy's
+	// own.
 	Sockets *sockwait.Set
 	// EnableSOCKS5 opens the SOCKS5 listener (15080).
 	EnableSOCKS5 bool
