@@ -18,9 +18,15 @@ import (
 // Accept is called by one goroutine at a time (the listener's accept loop).
 type Listener struct {
 	net.Listener
-	// Failed handles a failed Accept, the failures-th in a row: any error
-	// but a closed listener's or a timeout. It must not return at once on
-	// an error that lasts, or Accept spins. Required.
+	// Failed handles a failed Accept, the failures-th of its streak: any
+	// error but a closed listener's or a timeout. A streak ends only once
+	// streakGap passes without a failure, not at the next success: a
+	// process at its descriptor limit, where a descriptor freed now and
+	// then lets one accept through between failures, is still in one
+	// streak, so Failed's shedding starts there too (without it the queue
+	// drained one connection per back-off while its clients waited,
+	// TestFDExhaustion). It must not return at once on an error that
+	// lasts, or Accept spins. Required.
 	Failed func(err error, failures int)
 	// Accepted, if non-nil, is called after each successful Accept,
 	// before Admit: the shedding of a failure streak ends there.
@@ -35,10 +41,15 @@ type Listener struct {
 	// a listener without SetDeadline never idles.
 	Idle time.Duration
 
-	failures int  // consecutive failed Accepts
-	armed    bool // the deadline of the current Idle window is set
-	busy     bool // a connection came in the current Idle window
+	failures int       // failed Accepts in the current streak
+	lastFail time.Time // when the last one failed
+	armed    bool      // the deadline of the current Idle window is set
+	busy     bool      // a connection came in the current Idle window
 }
+
+// streakGap is how long a listener goes without a failed Accept before its
+// failure streak ends (Listener.Failed).
+const streakGap = time.Second
 
 // ErrIdle is Accept's error when Listener.Idle has passed with no
 // connection. The listener stays open; the next Accept waits again.
@@ -71,11 +82,14 @@ func (l *Listener) Accept() (net.Conn, error) {
 				}
 				continue
 			}
+			if l.failures > 0 && time.Since(l.lastFail) >= streakGap {
+				l.failures = 0
+			}
 			l.failures++
+			l.lastFail = time.Now()
 			l.Failed(err, l.failures)
 			continue
 		}
-		l.failures = 0
 		l.busy = true
 		if l.Accepted != nil {
 			l.Accepted()

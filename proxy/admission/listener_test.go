@@ -3,7 +3,10 @@ package admission_test
 import (
 	"errors"
 	"net"
+	"slices"
+	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/gozt/gozt/proxy/admission"
@@ -123,4 +126,58 @@ func TestNoIdleWithoutIdle(t *testing.T) {
 	if err := <-got; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// scripted is a listener whose Accepts return its results in turn: a nil
+// error gives a connection.
+type scripted struct {
+	net.Listener
+	results []error
+}
+
+func (s *scripted) Accept() (net.Conn, error) {
+	if len(s.results) == 0 {
+		return nil, net.ErrClosed
+	}
+	err := s.results[0]
+	s.results = s.results[1:]
+	if err != nil {
+		return nil, err
+	}
+	a, b := net.Pipe()
+	b.Close()
+	return a, nil
+}
+
+// TestFailureStreakSpansSuccesses: at the descriptor limit an accept now
+// and then gets through between failures; the failures still count as one
+// streak, so Failed sees it last (and sheds), until a quiet second ends it.
+func TestFailureStreakSpansSuccesses(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		emfile := &net.OpError{Op: "accept", Err: syscall.EMFILE}
+		s := &scripted{results: []error{emfile, nil, emfile, nil, emfile, emfile, nil}}
+		var got []int
+		al := &admission.Listener{
+			Listener: s,
+			Failed:   func(_ error, failures int) { got = append(got, failures) },
+			Admit:    func(c net.Conn) bool { c.Close(); return true },
+		}
+		for range 3 {
+			if _, err := al.Accept(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if want := []int{1, 2, 3, 4}; !slices.Equal(got, want) {
+			t.Fatalf("failures passed to Failed = %v, want %v: a success does not end the streak", got, want)
+		}
+		time.Sleep(2 * time.Second) // a quiet second ends it
+		got = nil
+		s.results = []error{emfile, nil}
+		if _, err := al.Accept(); err != nil {
+			t.Fatal(err)
+		}
+		if want := []int{1}; !slices.Equal(got, want) {
+			t.Fatalf("after a quiet second, failures = %v, want %v", got, want)
+		}
+	})
 }
