@@ -34,7 +34,10 @@ import (
 // the queue is reset without a descriptor: the listening socket stops and
 // starts listening again (accept_linux.go, resetQueue). On any other
 // error, and when nothing is queued, the loop backs off, so that it never
-// spins. The first successful Accept ends the shedding.
+// spins. A successful Accept takes the spare back; the streak of failures,
+// and with it the shedding, ends only once a second passes without a
+// failed accept (admission.Listener.Failed), since at the limit one accept
+// now and then gets through between failures.
 //
 // Failures are logged at most once per acceptLogEvery per listener, with
 // the number of connections shed and failures not logged since the last
