@@ -198,10 +198,9 @@ func (u *upstream) handler(network string) dns.HandlerFunc {
 	}
 }
 
-// startUpstream runs an upstream on ip until the test ends.
-func startUpstream(t testing.TB, ip string) *upstream {
+// listenPair binds a UDP socket on ip and a TCP listener on the same port.
+func listenPair(t testing.TB, ip string) (net.PacketConn, net.Listener) {
 	t.Helper()
-	u := &upstream{}
 	pc, err := net.ListenPacket("udp", ip+":0")
 	if err != nil {
 		t.Fatal(err)
@@ -211,6 +210,14 @@ func startUpstream(t testing.TB, ip string) *upstream {
 		pc.Close()
 		t.Fatal(err)
 	}
+	return pc, l
+}
+
+// startUpstream runs an upstream on ip until the test ends.
+func startUpstream(t testing.TB, ip string) *upstream {
+	t.Helper()
+	u := &upstream{}
+	pc, l := listenPair(t, ip)
 	u.addr = netip.MustParseAddrPort(pc.LocalAddr().String())
 	dnstest.Serve(t, &dns.Server{PacketConn: pc, Handler: u.handler("udp")})
 	dnstest.Serve(t, &dns.Server{Listener: l, Handler: u.handler("tcp")})

@@ -332,15 +332,7 @@ func (u *gatedUpstream) open() { u.once.Do(func() { close(u.release) }) }
 func startGatedUpstream(t *testing.T, ip string) *gatedUpstream {
 	t.Helper()
 	u := &gatedUpstream{asked: make(chan struct{}, 16), release: make(chan struct{})}
-	pc, err := net.ListenPacket("udp", ip+":0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", pc.LocalAddr().String())
-	if err != nil {
-		pc.Close()
-		t.Fatal(err)
-	}
+	pc, l := listenPair(t, ip)
 	u.addr = netip.MustParseAddrPort(pc.LocalAddr().String())
 	h := dns.HandlerFunc(func(w dns.ResponseWriter, req *dns.Msg) {
 		u.asked <- struct{}{}

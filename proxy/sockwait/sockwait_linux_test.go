@@ -38,6 +38,16 @@ func dial(t *testing.T, l net.Listener) {
 	t.Cleanup(func() { c.Close() })
 }
 
+// parked returns the Watch of rc in s, parked with wake.
+func parked(t *testing.T, s *sockwait.Set, rc syscall.RawConn, wake func()) *sockwait.Watch {
+	t.Helper()
+	w := s.Watch(rc)
+	if !w.Park(wake) {
+		t.Fatal("Park = false")
+	}
+	return w
+}
+
 func newSet(t *testing.T) *sockwait.Set {
 	s := sockwait.New()
 	t.Cleanup(func() { s.Close() })
@@ -71,11 +81,8 @@ func notWoken(t *testing.T, ch chan struct{}) {
 func TestParkWakesOnConnection(t *testing.T) {
 	s := newSet(t)
 	l, rc := listen(t)
-	w := s.Watch(rc)
 	wake, ch := waker()
-	if !w.Park(wake) {
-		t.Fatal("Park = false")
-	}
+	parked(t, s, rc, wake)
 	notWoken(t, ch)
 	if got := s.Parked(); got != 1 {
 		t.Fatalf("Parked = %d, want 1", got)
@@ -127,11 +134,8 @@ func TestReparkWakesAgain(t *testing.T) {
 func TestUnparkPendingWakesNobody(t *testing.T) {
 	s := newSet(t)
 	l, rc := listen(t)
-	w := s.Watch(rc)
 	wake, ch := waker()
-	if !w.Park(wake) {
-		t.Fatal("Park = false")
-	}
+	w := parked(t, s, rc, wake)
 	if !w.Unpark() {
 		t.Fatal("Unpark of a pending Park = false")
 	}
@@ -148,11 +152,8 @@ func TestUnparkPendingWakesNobody(t *testing.T) {
 func TestUnparkAfterWake(t *testing.T) {
 	s := newSet(t)
 	l, rc := listen(t)
-	w := s.Watch(rc)
 	wake, ch := waker()
-	if !w.Park(wake) {
-		t.Fatal("Park = false")
-	}
+	w := parked(t, s, rc, wake)
 	dial(t, l)
 	woken(t, ch)
 	if w.Unpark() {
@@ -195,11 +196,8 @@ func TestNilSetParksNothing(t *testing.T) {
 func TestCloseHandsPendingWakesBack(t *testing.T) {
 	s := sockwait.New()
 	_, rc := listen(t)
-	w := s.Watch(rc)
 	wake, ch := waker()
-	if !w.Park(wake) {
-		t.Fatal("Park = false")
-	}
+	w := parked(t, s, rc, wake)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
