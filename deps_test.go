@@ -36,7 +36,7 @@ var allowed = map[string][]string{
 	"proxy/admission":               {},
 	"proxy/telemetry":               {"state", "rbac", "certs/identity"},
 	"proxy/telemetry/telemetrytest": {"state"},
-	"proxy/dns":                     {"state", "certs/identity", "proxy/sockopt", "proxy/netns", "proxy/sockwait"},
+	"proxy/dns":                     {"state", "certs/identity", "proxy/sockopt", "proxy/netns", "proxy/admission", "proxy/sockwait"},
 	"proxy/inpod":                   {"proxy/netns"},
 	"proxy/inpod/inpodtest":         {"proxy/inpod"},
 	"deploy":                        {},

@@ -43,12 +43,7 @@ func (p *Proxy) admitting(l net.Listener, name string) *admission.Listener {
 	}
 }
 
-// admitDNS wraps a DNS proxy's TCP listener in admission control, which
-// with Config.Sockets also tells the DNS server's loop when to park it.
-func (p *Proxy) admitDNS(l net.Listener) net.Listener {
-	a := p.admitting(l, telemetry.DNSListener)
-	if p.cfg.Sockets != nil {
-		a.Idle = acceptIdle
-	}
-	return a
+// admitDNS wraps a DNS proxy's TCP listener in admission control.
+func (p *Proxy) admitDNS(l net.Listener) *admission.Listener {
+	return p.admitting(l, telemetry.DNSListener)
 }

@@ -2,7 +2,6 @@ package dns
 
 import (
 	"context"
-	"errors"
 	"net"
 	"runtime"
 	"strings"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/gozt/gozt/proxy/admission"
 	"github.com/gozt/gozt/proxy/sockwait"
 )
 
@@ -138,14 +138,14 @@ func TestParkedSocketsAnswer(t *testing.T) {
 }
 
 // TestParkedAdmittedListener: a TCP listener that AdmitTCP wraps parks
-// when that listener reports its idle time with an error of its own.
+// when its admission.Listener reports the idle time the server gave it.
 func TestParkedAdmittedListener(t *testing.T) {
 	set := newSet(t)
-	errOwnIdle := errors.New("test: idle")
 	srv := newLoopServer(t, "127.83.6.3", func(cfg *ServerConfig) {
 		parking(set, 20*time.Millisecond)(cfg)
-		cfg.AdmitTCP = func(l net.Listener) net.Listener {
-			return ownIdle{&idleListener{TCPListener: l.(*net.TCPListener), idle: 20 * time.Millisecond}, errOwnIdle}
+		cfg.AdmitTCP = func(l net.Listener) *admission.Listener {
+			return &admission.Listener{Listener: l, Failed: func(error, int) { time.Sleep(time.Millisecond) },
+				Admit: func(net.Conn) bool { return true }}
 		}
 	})
 	_, tcp := runServer(t, srv)
@@ -153,21 +153,6 @@ func TestParkedAdmittedListener(t *testing.T) {
 		ask(t, "tcp", tcp)
 		waitFor(t, "both sockets parked again", func() bool { return set.Parked() == 2 })
 	}
-}
-
-// ownIdle is a listener that returns err where idleListener returns
-// errIdle, as admission.Listener returns its own.
-type ownIdle struct {
-	*idleListener
-	err error
-}
-
-func (l ownIdle) Accept() (net.Conn, error) {
-	c, err := l.idleListener.Accept()
-	if errors.Is(err, errIdle) {
-		err = l.err
-	}
-	return c, err
 }
 
 // TestShutdownParked: Shutdown with both sockets parked returns at once,

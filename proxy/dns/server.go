@@ -14,6 +14,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/gozt/gozt/proxy/admission"
 	"github.com/gozt/gozt/proxy/netns"
 	"github.com/gozt/gozt/proxy/sockopt"
 	"github.com/gozt/gozt/proxy/sockwait"
@@ -64,23 +65,16 @@ type ServerConfig struct {
 	MaxTCPConns int
 	// AdmitTCP, if non-nil, wraps each TCP listener before the bound, so
 	// that DNS accepts pass the admission control of the proxy's other
-	// listeners (admission.Listener). The listener it returns must return
-	// from Accept only admitted connections, and no error but the one of a
-	// closed listener (and, with Sockets, the one of its idle time): it
-	// handles a failed accept itself (backing off, shedding, as the
-	// proxy's other listeners do). Nil admits every connection, and the
-	// accept loop backs off a failed accept itself.
-	AdmitTCP func(net.Listener) net.Listener
+	// listeners, which handles a failed accept itself (backing off,
+	// shedding). Nil admits every connection, and a failed accept is
+	// backed off. Either way the server sets the listener's Idle.
+	AdmitTCP func(net.Listener) *admission.Listener
 	// Sockets, if non-nil, is the process's set of parked sockets: a
 	// socket of this server with no query for Idle is parked there, its
 	// loop ended, and a loop starts again when the socket is readable, so
 	// that an idle pod's DNS proxy holds no goroutine (issue 40). Start
-	// parks every socket at once. A TCP listener idles by the listener
-	// AdmitTCP returns, if any, which must then return an error when Idle
-	// passes with no connection (admission.Listener with its Idle set to
-	// this server's), or it never parks: every error of that listener but
-	// net.ErrClosed parks it. Nil parks nothing: each socket's loop waits
-	// on its goroutine.
+	// parks every socket at once. Nil parks nothing: each socket's loop
+	// waits on its goroutine.
 	Sockets *sockwait.Set
 	// Idle is how long a socket has no query, or a TCP listener no
 	// connection, before it is parked (Sockets); up to twice that, as a

@@ -6,12 +6,13 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/gozt/gozt/proxy/admission"
 )
 
 // A TCP listener's loop (acceptTCP) serves only the connections admission
@@ -40,8 +41,8 @@ const maxTCPQueries = 128
 const refusedLogEvery = time.Second
 
 // The wait after a failed accept of a listener without AdmitTCP: doubled
-// at each failure in a row, from minAcceptRetry up to maxAcceptRetry, as
-// net/http's server waits, so that running out of descriptors does not
+// at each failure of a streak, from minAcceptRetry up to maxAcceptRetry,
+// as net/http's server waits, so that running out of descriptors does not
 // spin the loop.
 const (
 	minAcceptRetry = 5 * time.Millisecond
@@ -50,42 +51,39 @@ const (
 
 // acceptTCP is the loop of TCP listener l: it accepts connections and
 // serves each on a goroutine of its own (serveTCPConn), until Shutdown.
-//
-// With ServerConfig.Sockets, once its listener reports that no
-// connection came for an idle window (errIdle, or any error but a closed
-// listener's from AdmitTCP's), it parks the socket and ends; the wake
-// starts it again.
+// Its admission.Listener handles failed accepts; with
+// ServerConfig.Sockets, once it reports that no connection came for an
+// idle window (admission.ErrIdle), the loop parks the socket and ends; the
+// wake starts it again.
 func (s *Server) acceptTCP(l *listener) {
-	var retry time.Duration
 	for {
 		c, err := l.accept.Accept()
 		if err == nil {
-			retry = 0
 			s.wg.Add(1)
 			go s.serveTCPConn(l, c)
 			continue
 		}
 		switch {
 		case s.stopping():
-		case errors.Is(err, net.ErrClosed):
-			s.failed(l, err)
-		case errors.Is(err, errIdle) || s.cfg.AdmitTCP != nil:
-			// AdmitTCP's listener returns no other error
-			// (ServerConfig.AdmitTCP, Sockets).
+		case errors.Is(err, admission.ErrIdle):
 			if s.park(l) {
 				return
 			}
 			continue
-		default:
-			retry = min(max(2*retry, minAcceptRetry), maxAcceptRetry)
-			s.log.Warn("dns proxy: accept failed", "addr", l.addr, "error", err, "retry_in", retry)
-			if s.sleep(retry) {
-				continue
-			}
+		default: // closed: admission.Listener returns no other error
+			s.failed(l, err)
 		}
 		s.wg.Done() // over: Shutdown or a failure
 		return
 	}
+}
+
+// backOff is the Failed of a listener without AdmitTCP: it waits before
+// the next accept, less if Shutdown begins.
+func (s *Server) backOff(err error, failures int) {
+	retry := min(minAcceptRetry<<min(failures-1, 8), maxAcceptRetry)
+	s.log.Warn("dns proxy: accept failed", "error", err, "retry_in", retry)
+	s.sleep(retry)
 }
 
 // sleep waits for d, and reports whether it did: false if Shutdown began.
@@ -253,57 +251,18 @@ func resetConn(c net.Conn) {
 	c.Close()
 }
 
-// tcpListener returns l as its loop accepts from it: admitted, or made to
-// idle if sockets are parked, then bounded.
+// tcpListener returns l as its loop accepts from it: admitted (AdmitTCP,
+// or every connection), idling after s.idle() if sockets are parked, then
+// bounded.
 func (s *Server) tcpListener(l *net.TCPListener) net.Listener {
-	var ln net.Listener = l
-	switch {
-	case s.cfg.AdmitTCP != nil:
-		ln = s.cfg.AdmitTCP(l)
-	case s.idle() > 0:
-		ln = &idleListener{TCPListener: l, idle: s.idle()}
+	var a *admission.Listener
+	if s.cfg.AdmitTCP != nil {
+		a = s.cfg.AdmitTCP(l)
+	} else {
+		a = &admission.Listener{Listener: l, Failed: s.backOff, Admit: func(net.Conn) bool { return true }}
 	}
-	return &boundedListener{Listener: ln, slots: s.tcpSlots, refused: s.refuseTCP}
-}
-
-// errIdle is idleListener's error when no connection came for a window.
-var errIdle = errors.New("dns: listener idle")
-
-// idleListener is a TCP listener whose Accept returns errIdle once no
-// connection has come for idle to twice idle, for its loop to park it
-// (ServerConfig.Sockets), without AdmitTCP, which idles itself. Its
-// deadline is set once per window, not per connection.
-type idleListener struct {
-	*net.TCPListener
-	idle time.Duration
-
-	// Owned by the loop.
-	armed bool // the window's deadline is set
-	busy  bool // a connection came in the window
-}
-
-// Accept returns the next connection, errIdle, or the listener's error.
-func (l *idleListener) Accept() (net.Conn, error) {
-	for {
-		if !l.armed {
-			if err := l.SetDeadline(time.Now().Add(l.idle)); err != nil {
-				return nil, err
-			}
-			l.armed, l.busy = true, false
-		}
-		c, err := l.TCPListener.Accept()
-		if err == nil {
-			l.busy = true
-			return c, nil
-		}
-		if !errors.Is(err, os.ErrDeadlineExceeded) {
-			return nil, err
-		}
-		l.armed = false
-		if !l.busy {
-			return nil, errIdle
-		}
-	}
+	a.Idle = s.idle()
+	return &boundedListener{Listener: a, slots: s.tcpSlots, refused: s.refuseTCP}
 }
 
 // refuseTCP counts a connection refused for lack of room and logs it, at
