@@ -193,7 +193,7 @@ func (s *Set) removeLocked(w *Watch) {
 	w.slot = -1
 }
 
-// fire starts the pending wake of the watch in slot with generation gen,
+// fireLocked starts the pending wake of the watch in slot with generation gen,
 // if it is still there and parked. A oneshot registration is disarmed by
 // its event, so the watch stays in the set, disarmed, until its next Park.
 func (s *Set) fireLocked(slot int32, gen uint32) {
