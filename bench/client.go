@@ -236,16 +236,17 @@ type probe struct {
 	interval time.Duration
 	longest  atomic.Int64 // nanoseconds
 	count    atomic.Int64
+	log      *stallLog // nil: none
 	done     chan struct{}
 	err      error
 }
 
-func startProbe(ctx context.Context, dial dialFunc, interval time.Duration) (*probe, error) {
+func startProbe(ctx context.Context, dial dialFunc, interval time.Duration, log *stallLog) (*probe, error) {
 	c, err := dial(ctx, []byte{modeEcho})
 	if err != nil {
 		return nil, err
 	}
-	p := &probe{c: c, interval: interval, done: make(chan struct{})}
+	p := &probe{c: c, interval: interval, log: log, done: make(chan struct{})}
 	go p.run()
 	return p, nil
 }
@@ -264,6 +265,7 @@ func (p *probe) run() {
 			return
 		}
 		d := int64(time.Since(t))
+		p.log.add(t, time.Duration(d))
 		p.count.Add(1)
 		for {
 			old := p.longest.Load()

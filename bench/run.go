@@ -27,6 +27,8 @@ type options struct {
 	gomaxprocs int
 	profileDir string
 	traceDir   string
+	stallsDir  string
+	stallsMin  time.Duration
 	haproxy    string
 	reps       int
 	goztBin    string
@@ -52,6 +54,7 @@ func (l listFlag) Set(s string) error {
 }
 
 const usage = `usage: gozt-bench [--quick] [--scenario NAME]... [--json FILE] [--out DIR] [--list]
+       gozt-bench --stalls DIR [--stalls-min D]
 
 Runs each scenario side by side with its baselines in one run (interleaved,
 repeated, medians), then writes DIR/<date>.json, .md and .svg and copies
@@ -77,6 +80,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.gomaxprocs, "gomaxprocs", 0, "GOMAXPROCS of the proxy processes (0: runtime default)")
 	fs.StringVar(&o.profileDir, "cpuprofile-dir", "", "write a CPU profile and an allocation profile (.allocs.pprof) of each proxy process to `DIR`")
 	fs.StringVar(&o.traceDir, "trace-dir", "", "write a runtime execution trace of each proxy process to `DIR` (go tool trace; -pprof=sched for where goroutines waited to run)")
+	fs.StringVar(&o.stallsDir, "stalls", "", "measure nothing: say what each long round trip of the push probe met in the traces in `DIR` (written by --trace-dir DIR --scenario xds-push)")
+	fs.DurationVar(&o.stallsMin, "stalls-min", 5*time.Millisecond, "with --stalls, the shortest round trip to explain")
 	fs.StringVar(&o.haproxy, "haproxy", "", "haproxy binary (default: haproxy on PATH)")
 	fs.StringVar(&o.goztBin, "gozt", "", "the gozt binary of the node scenario (default: go build ./cmd/gozt into the run's directory)")
 	fs.IntVar(&o.reps, "reps", 0, "measured repetitions per variant (0: 3 with --quick, else 7)")
@@ -119,6 +124,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if err != nil {
 		return err
+	}
+	if opts.stallsDir != "" {
+		return StallReport(stdout, opts.stallsDir, opts.stallsMin)
 	}
 	if opts.list {
 		for _, s := range allScenarios() {

@@ -760,7 +760,15 @@ func (e *env) measurePushes(ctx context.Context, name string, streams int, x, ou
 	if _, err := x.call(ctx, fmt.Sprintf("wait-clients %d", streams)); err != nil {
 		return nil, err
 	}
-	p, err := startProbe(ctx, e.goztDial(1, e.plan.server), time.Millisecond)
+	var log *stallLog
+	var err error
+	if dir := e.opts.traceDir; dir != "" {
+		if log, err = newStallLog(filepath.Join(dir, "xds-push-probe.stalls")); err != nil {
+			return nil, err
+		}
+		defer log.close()
+	}
+	p, err := startProbe(ctx, e.goztDial(1, e.plan.server), time.Millisecond, log)
 	if err != nil {
 		return nil, err
 	}
