@@ -743,6 +743,9 @@ func runXDSPush(ctx context.Context, e *env) ([]Result, error) {
 		row(t, "longest stall of a live connection", s.median("push", "stall"), "ms", n).
 			vs("same connection, before the push", s.median("push", "calm")).goal(Target{OnValue: true, Max: true, Bound: 5}).
 			note("1-byte round trip every 1 ms, from the push to 0.5 s after its last ACK"),
+		row(t, "longest stall of a live connection ÷ its longest before the push", s.median("push", "stallratio"), "×", n).
+			goal(Target{OnValue: true, Max: true, Bound: 1.5}).
+			note("each repetition's ratio: the push's window against the calm one before it, as long as a push takes"),
 		row(t, "longest stop-the-world of a proxy in that window", s.median("push", "stw"), "ms", n),
 		row(t, "longest wait of a proxy for the world to stop in that window", s.median("push", "stop"), "ms", n),
 		row(t, "longest wait of a ready goroutine to run, in a proxy, in that window", s.median("push", "wait"), "ms", n),
@@ -892,15 +895,16 @@ func (e *env) push(name string, x, out, in *child, p *probe) variant {
 			return nil, err
 		}
 		m := map[string]float64{
-			"apply": res.Seconds,
-			"wire":  float64(res.WireBytes) / float64(n),
-			"mem":   float64(rss1[0]-rss0[0]+rss1[1]-rss0[1]) / 2 / float64(n),
-			"stall": float64(stall) / float64(time.Millisecond),
-			"gcs":   float64(gc1-gc0) / 2,
-			"calm":  float64(calm) / float64(time.Millisecond),
-			"stw":   max(sched["stw_total_max_ms"], sched["other_stw_total_max_ms"]),
-			"stop":  sched["stw_stopping_max_ms"],
-			"wait":  sched["runnable_max_ms"],
+			"apply":      res.Seconds,
+			"wire":       float64(res.WireBytes) / float64(n),
+			"mem":        float64(rss1[0]-rss0[0]+rss1[1]-rss0[1]) / 2 / float64(n),
+			"stall":      float64(stall) / float64(time.Millisecond),
+			"gcs":        float64(gc1-gc0) / 2,
+			"calm":       float64(calm) / float64(time.Millisecond),
+			"stallratio": float64(stall) / float64(max(calm, time.Microsecond)),
+			"stw":        max(sched["stw_total_max_ms"], sched["other_stw_total_max_ms"]),
+			"stop":       sched["stw_stopping_max_ms"],
+			"wait":       sched["runnable_max_ms"],
 		}
 		if first {
 			m["memall"] = float64(rss1[0]-rssEmpty[0]+rss1[1]-rssEmpty[1]) / 2 / float64(n)
