@@ -12,6 +12,7 @@
 //	go run ./cmd/gozt-bench --json out.json         also write the JSON there
 //	go run ./cmd/gozt-bench --cpuprofile-dir prof   a CPU and an allocation profile of every proxy process
 //	go run ./cmd/gozt-bench --trace-dir tr          a runtime execution trace of every proxy process
+//	go run ./cmd/gozt-bench --stalls tr             what each long round trip of xds-push's probe met in those traces
 //
 // Profiles and traces are named <scenario>-<process>.pprof (.trace), and
 // <scenario>-<process>-2 and so on for a process a scenario starts again
