@@ -101,6 +101,14 @@ func testSharedDrain(t *testing.T, successor bool) {
 		dc.held = append(dc.held, takeOver(t, old, next, a, c)...)
 	}
 
+	// Every connection is established end to end before the drain starts:
+	// a connection whose HBONE stream is still being set up when the
+	// inbound stops accepting is refused (the drain's rule, not a lost
+	// byte), and a client's write returning says nothing of that.
+	toC, toB := dc.countTo("A → C"), dc.countTo("A → B")
+	waitInbound(t, old, "uid-c", toC)
+	waitInbound(t, n2, "uid-b", toB)
+
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), drainDeadline)
 	defer cancel()
@@ -112,6 +120,33 @@ func testSharedDrain(t *testing.T, successor bool) {
 		t.Fatalf("the checks during the drain took %v, too close to the %v deadline to mean anything", el, drainDeadline)
 	}
 	dc.checkDeadline(t, start, shutdown)
+}
+
+// countTo counts dc's connections whose name starts with prefix.
+func (dc drainConns) countTo(prefix string) int {
+	n := 0
+	for _, h := range append(append(append([]heldConn{}, dc.held...), dc.open...), dc.finFirst, dc.bulk) {
+		if strings.HasPrefix(h.name, prefix) {
+			n++
+		}
+	}
+	return n
+}
+
+// waitInbound waits until the proxy of pod uid on n lists at least want
+// inbound connections: their streams were answered and their upstreams
+// dialed.
+func waitInbound(t *testing.T, n *sharedNode, uid string, want int) {
+	t.Helper()
+	eventually(t, 5*time.Second, fmt.Sprintf("%s listing %d inbound connections of %s", n.name, want, uid), func() bool {
+		_, running := n.pods.handedOver()
+		pp := running[uid]
+		if pp == nil {
+			return false
+		}
+		in, _ := pp.p.Connections()
+		return len(in) >= want
+	})
 }
 
 // checkDuringDrain requires every connection to work as its field says.
