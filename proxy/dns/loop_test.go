@@ -78,12 +78,7 @@ func withID(t testing.TB, m *dns.Msg, id uint16) []byte {
 // decode gets FORMERR.
 func TestTCPQueriesInOrder(t *testing.T) {
 	_, tcp := runServer(t, newLoopServer(t, "127.83.5.1", nil))
-	c, err := net.Dial("tcp", tcp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(10 * time.Second)) // a hang guard
+	c := dialGuarded(t, "tcp", tcp)
 	response := question("svc1", dns.TypeA)
 	response.Response = true
 	sent := [][]byte{
@@ -121,12 +116,7 @@ func TestTCPQueriesInOrder(t *testing.T) {
 // answer to) gets no reply; the query after it is answered.
 func TestShortDatagramDropped(t *testing.T) {
 	udp, _ := runServer(t, newLoopServer(t, "127.83.5.2", nil))
-	c, err := net.Dial("udp", udp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(10 * time.Second)) // a hang guard
+	c := dialGuarded(t, "udp", udp)
 	for _, pkt := range [][]byte{{}, {0x42}, withID(t, question("svc1", dns.TypeA), 7)[:headerLen-1], withID(t, question("svc1", dns.TypeA), 8)} {
 		if _, err := c.Write(pkt); err != nil {
 			t.Fatal(err)
@@ -295,16 +285,25 @@ func TestFormErrAsMiekg(t *testing.T) {
 	}
 }
 
+// dialGuarded dials addr over network. The connection has a 10 s deadline
+// (a hang guard, not a timing assertion) and is closed when the test ends.
+func dialGuarded(t *testing.T, network, addr string) net.Conn {
+	t.Helper()
+	c, err := net.Dial(network, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	return c
+}
+
 // rawExchange sends pkt to the UDP address addr and returns the raw
 // reply, failing t if none comes within 10 s (a hang guard).
 func rawExchange(t *testing.T, addr string, pkt []byte) []byte {
 	t.Helper()
-	c, err := net.Dial("udp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(10 * time.Second))
+	c := dialGuarded(t, "udp", addr)
+	defer c.Close() // now, not at the test's end: callers exchange many times
 	if _, err := c.Write(pkt); err != nil {
 		t.Fatal(err)
 	}

@@ -59,12 +59,7 @@ func TestResponsesDropped(t *testing.T) {
 	query.Id = 2
 
 	t.Run("udp", func(t *testing.T) {
-		c, err := net.Dial("udp", ts.udp)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		c.SetDeadline(time.Now().Add(10 * time.Second)) // a hang guard, not a timing assertion
+		c := dialGuarded(t, "udp", ts.udp)
 		for _, m := range []*dns.Msg{resp, query} {
 			if _, err := c.Write(mustPack(t, m)); err != nil {
 				t.Fatal(err)
