@@ -97,6 +97,20 @@ func (r *parkedRelay) wait(t *testing.T) copyOutcome {
 	}
 }
 
+// endCleanly half-closes the client's side, then the server's, requires
+// each FIN to arrive as EOF at the other end, and requires the copy to
+// end with want and no error.
+func (r *parkedRelay) endCleanly(t *testing.T, want relay.Result) {
+	t.Helper()
+	r.client.CloseWrite()
+	readEOF(t, r.server)
+	r.server.CloseWrite()
+	readEOF(t, r.client)
+	if out := r.wait(t); out.res != want || out.err != nil {
+		t.Errorf("done(%+v, %v), want done(%+v, nil)", out.res, out.err, want)
+	}
+}
+
 // waitParked waits until n connections are parked in p.
 func waitParked(t *testing.T, p *relay.Poller, n int) {
 	t.Helper()
@@ -292,13 +306,7 @@ func TestPollerClose(t *testing.T) {
 		t.Errorf("%d connections parked in a closed Poller", got)
 	}
 	exchange(t, r.client, r.server, []byte("after"))
-	r.client.CloseWrite()
-	readEOF(t, r.server)
-	r.server.CloseWrite()
-	readEOF(t, r.client)
-	if out := r.wait(t); out.res != (relay.Result{AToB: 11}) || out.err != nil {
-		t.Errorf("done(%+v, %v), want done({AToB:11}, nil)", out.res, out.err)
-	}
+	r.endCleanly(t, relay.Result{AToB: 11})
 }
 
 // TestPollerAfterTheDescriptorLimit: a Poller that cannot make its epoll
@@ -323,13 +331,7 @@ func TestPollerAfterTheDescriptorLimit(t *testing.T) {
 	exchange(t, r.client, r.server, []byte("below it"))
 	waitParked(t, p, 1)
 	exchange(t, r.server, r.client, []byte("and back"))
-	r.client.CloseWrite()
-	readEOF(t, r.server)
-	r.server.CloseWrite()
-	readEOF(t, r.client)
-	if out := r.wait(t); out.res != (relay.Result{AToB: 20, BToA: 8}) || out.err != nil {
-		t.Errorf("done(%+v, %v), want done({AToB:20 BToA:8}, nil)", out.res, out.err)
-	}
+	r.endCleanly(t, relay.Result{AToB: 20, BToA: 8})
 }
 
 // TestPollerDescriptorReuse closes a parked socket behind the Poller's back,
@@ -556,13 +558,7 @@ func TestPollerPrivateSet(t *testing.T) {
 	}
 	p.Close()
 	exchange(t, r.client, r.server, []byte("after"))
-	r.client.CloseWrite()
-	readEOF(t, r.server)
-	r.server.CloseWrite()
-	readEOF(t, r.client)
-	if out := r.wait(t); out.res != (relay.Result{AToB: 8}) || out.err != nil {
-		t.Errorf("done(%+v, %v), want done({AToB:8}, nil)", out.res, out.err)
-	}
+	r.endCleanly(t, relay.Result{AToB: 8})
 }
 
 // TestPollersShareASet: two Pollers parking in one Set (a node's pods)
@@ -605,21 +601,9 @@ func TestPollersShareASet(t *testing.T) {
 	// p1's connections went back to goroutines and still copy.
 	for _, r := range []*parkedRelay{r1a, r1b} {
 		exchange(t, r.client, r.server, []byte("after"))
-		r.client.CloseWrite()
-		readEOF(t, r.server)
-		r.server.CloseWrite()
-		readEOF(t, r.client)
-		if out := r.wait(t); out.res != (relay.Result{AToB: 6}) || out.err != nil {
-			t.Errorf("done(%+v, %v), want done({AToB:6}, nil)", out.res, out.err)
-		}
+		r.endCleanly(t, relay.Result{AToB: 6})
 	}
-	r2.client.CloseWrite()
-	readEOF(t, r2.server)
-	r2.server.CloseWrite()
-	readEOF(t, r2.client)
-	if out := r2.wait(t); out.res != (relay.Result{AToB: 7, BToA: 3}) || out.err != nil {
-		t.Errorf("done(%+v, %v), want done({AToB:7 BToA:3}, nil)", out.res, out.err)
-	}
+	r2.endCleanly(t, relay.Result{AToB: 7, BToA: 3})
 }
 
 // TestPollerSharedSetCloses: when its shared Set closes (the process
@@ -640,11 +624,5 @@ func TestPollerSharedSetCloses(t *testing.T) {
 		t.Errorf("%d connections parked in a closed Set", n)
 	}
 	exchange(t, r.server, r.client, []byte("back"))
-	r.client.CloseWrite()
-	readEOF(t, r.server)
-	r.server.CloseWrite()
-	readEOF(t, r.client)
-	if out := r.wait(t); out.res != (relay.Result{AToB: 11, BToA: 4}) || out.err != nil {
-		t.Errorf("done(%+v, %v), want done({AToB:11 BToA:4}, nil)", out.res, out.err)
-	}
+	r.endCleanly(t, relay.Result{AToB: 11, BToA: 4})
 }
