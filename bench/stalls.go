@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bufio"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -102,7 +103,7 @@ func readStalls(dir string, min time.Duration) ([]stallWindow, error) {
 			}
 		}
 	}
-	slices.SortFunc(ws, func(a, b stallWindow) int { return int(a.start - b.start) })
+	slices.SortFunc(ws, func(a, b stallWindow) int { return cmp.Compare(a.start, b.start) })
 	return ws, nil
 }
 
