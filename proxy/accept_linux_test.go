@@ -137,3 +137,34 @@ func wantResets(t *testing.T, clients []net.Conn) {
 		}
 	}
 }
+
+// TestSpareDescriptor: the spare is /dev/null (a character device, 1:3),
+// close-on-exec, so that it never leaks into a child process, and closing
+// it gives its slot back.
+func TestSpareDescriptor(t *testing.T) {
+	f, err := openSpareFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd := int(f.Fd())
+	var st syscall.Stat_t
+	if err := syscall.Fstat(fd, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode&syscall.S_IFMT != syscall.S_IFCHR || st.Rdev != 1<<8|3 {
+		t.Errorf("spare descriptor: mode %#o rdev %#x, want /dev/null (character device 1:3)", st.Mode, st.Rdev)
+	}
+	flags, _, errno := syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), syscall.F_GETFD, 0)
+	if errno != 0 {
+		t.Fatal(errno)
+	}
+	if flags&syscall.FD_CLOEXEC == 0 {
+		t.Error("spare descriptor is not close-on-exec")
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Fstat(fd, &st); !errors.Is(err, syscall.EBADF) {
+		t.Errorf("fstat after Close: %v, want EBADF", err)
+	}
+}
