@@ -33,7 +33,9 @@ type Pod interface {
 // returns, or after a failed start is abandoned (the pod was deleted or
 // replaced before a retry succeeded). Start is called from Run's goroutine,
 // one pod at a time; Stops of several pods may run concurrently (on
-// goroutines Run waits for), but never alongside a Start.
+// goroutines Run waits for), but never alongside a Start. A started pod is
+// the StartFunc's to log (the Manager logs it only at debug level); a
+// failed one the Manager logs.
 type StartFunc func(uid string, info WorkloadInfo, ns *netns.Handle) (Pod, error)
 
 // Pod states, as /config_dump's workloadState spells them (SPEC §8.2).
