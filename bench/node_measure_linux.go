@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,8 +27,14 @@ const oneGap = 5 * time.Millisecond
 // nodeProc starts a process that serves istio-cni's socket at zds.
 type nodeProc func(ctx context.Context, zds string) (*child, error)
 
+// startBare starts the bare program, opening in each pod the sockets gozt
+// opens with the node's environment (its SOCKS5 listener included).
 func (nb *nodeBench) startBare(ctx context.Context, zds string) (*child, error) {
-	return nb.e.roleWith(ctx, "bare", "bare-pods", inNetnsOf(nb.nodeNS, nb.e.exe), "--zds", zds)
+	args := []string{"--zds", zds}
+	if slices.Contains(nb.env, "UNSTABLE_ENABLE_SOCKS5=true") {
+		args = append(args, "--socks5")
+	}
+	return nb.e.roleWith(ctx, "bare", "bare-pods", inNetnsOf(nb.nodeNS, nb.e.exe), args...)
 }
 
 func (nb *nodeBench) startGoztProc(_ context.Context, zds string) (*child, error) {
@@ -72,6 +79,13 @@ func (nb *nodeBench) addVariant(name string, start nodeProc) variant {
 			return nil, err
 		}
 		total := time.Since(t0)
+		// What the snapshot opened in a pod, for addLatency to compare
+		// with the other variant's.
+		socks, err := podSockets(nb.pods[0])
+		if err != nil {
+			return nil, err
+		}
+		nb.sockets[name] = socks
 		// Let the start-up's work (xDS, certificates) end before the
 		// pods come again one by one.
 		if err := nb.e.quiet(ctx); err != nil {
@@ -98,12 +112,18 @@ func (nb *nodeBench) addVariant(name string, start nodeProc) variant {
 
 func (nb *nodeBench) addLatency(ctx context.Context) ([]Result, error) {
 	const g, bare = "gozt", "bare program"
+	nb.sockets = map[string][]string{}
 	s, err := nb.e.measure(ctx, "node", []variant{
 		nb.addVariant(bare, nb.startBare),
 		nb.addVariant(g, nb.startGoztProc),
 	}, "one99", "µs p99 one")
 	if err != nil {
 		return nil, err
+	}
+	// The floor holds only if the bare program opened what gozt opens.
+	if !slices.Equal(nb.sockets[g], nb.sockets[bare]) {
+		return nil, fmt.Errorf("a pod's sockets after the bare program's Add differ from those after gozt's: %q, want %q",
+			nb.sockets[bare], nb.sockets[g])
 	}
 	n := s.count(g, "one99")
 	pods := len(nb.pods)
@@ -801,4 +821,38 @@ func (nb *nodeBench) rttOf(name string, dial dialFunc) variant {
 		us := micros(all)
 		return map[string]float64{"p50": percentile(us, 50), "p99": percentile(us, 99)}, nil
 	}}
+}
+
+// podSockets lists the listening TCP and the bound UDP sockets in p's
+// network namespace, sorted, each as its /proc net file names it and its
+// port: "tcp6 00000000000000000000000000000000:15001" (the address in the
+// file's hex). The files are read through /proc/thread-self, which shows
+// the reading thread's namespace (/proc/self/net shows the main thread's).
+func podSockets(p *nodePod) ([]string, error) {
+	var out []string
+	err := p.netns.Run(func() error {
+		for _, proto := range []string{"tcp", "tcp6", "udp", "udp6"} {
+			b, err := os.ReadFile("/proc/thread-self/net/" + proto)
+			if err != nil {
+				return err
+			}
+			_, rows, _ := strings.Cut(string(b), "\n") // the header
+			for row := range strings.Lines(rows) {
+				// sl local_address rem_address st ...
+				f := strings.Fields(row)
+				if len(f) < 4 || (strings.HasPrefix(proto, "tcp") && f[3] != "0A") { // TCP_LISTEN
+					continue
+				}
+				addr, port, _ := strings.Cut(f[1], ":")
+				n, err := strconv.ParseUint(port, 16, 16)
+				if err != nil {
+					return fmt.Errorf("/proc/net/%s: local address %q: %w", proto, f[1], err)
+				}
+				out = append(out, fmt.Sprintf("%s %s:%d", proto, addr, n))
+			}
+		}
+		return nil
+	})
+	slices.Sort(out)
+	return out, err
 }

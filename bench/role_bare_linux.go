@@ -22,13 +22,17 @@ import (
 // answers istio-cni's ZDS requests doing only what any node proxy must
 // for an Add, entering the pod's network namespace (netns.Handle, as gozt
 // does) and opening the sockets gozt opens there, with the same options:
-// TCP listeners on 15001, 15006 and 15008 and the DNS proxy's UDP and TCP
-// sockets on 127.0.0.1:15053 and [::1]:15053. It serves nothing on them,
-// logs nothing and fetches no certificate.
+// TCP listeners on 15001, 15006 and 15008, the DNS proxy's UDP and TCP
+// sockets on 127.0.0.1:15053 and [::1]:15053, and with --socks5 (gozt's
+// UNSTABLE_ENABLE_SOCKS5) a TCP listener on 127.0.0.1:15080. It serves
+// nothing on them, logs nothing and fetches no certificate. The node
+// scenario checks that a pod's namespace holds the same listening sockets
+// after either's Add (podSockets).
 type bareRole struct {
 	noCommands
-	conn *net.UnixConn
-	done chan struct{} // closed when serve has returned
+	socks5 bool
+	conn   *net.UnixConn
+	done   chan struct{} // closed when serve has returned
 
 	mu   sync.Mutex
 	pods map[string][]io.Closer
@@ -38,6 +42,7 @@ type bareRole struct {
 func startBare(_ context.Context, args []string) (role, error) {
 	fs := flag.NewFlagSet("bare-pods", flag.ContinueOnError)
 	path := fs.String("zds", "", "istio-cni's ZDS socket `PATH`")
+	socks5 := fs.Bool("socks5", false, "also open the SOCKS5 listener, as gozt does with UNSTABLE_ENABLE_SOCKS5=true")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -45,7 +50,7 @@ func startBare(_ context.Context, args []string) (role, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &bareRole{conn: c, done: make(chan struct{}), pods: map[string][]io.Closer{}}
+	b := &bareRole{socks5: *socks5, conn: c, done: make(chan struct{}), pods: map[string][]io.Closer{}}
 	if err := b.send(&zdsapi.ZdsHello{Version: zdsapi.Version_V1}); err != nil {
 		c.Close()
 		return nil, err
@@ -115,7 +120,7 @@ func (b *bareRole) handle(req *zdsapi.WorkloadRequest, oob []byte) error {
 		if err != nil {
 			return err
 		}
-		socks, err := openPodSockets(ns)
+		socks, err := openPodSockets(ns, b.socks5)
 		ns.Close()
 		if err != nil {
 			return err
@@ -138,13 +143,22 @@ func (b *bareRole) handle(req *zdsapi.WorkloadRequest, oob []byte) error {
 // podMark is gozt's default PACKET_MARK in shared mode.
 const podMark = 1337
 
-// openPodSockets opens, inside ns, the sockets gozt opens for a pod.
-func openPodSockets(ns *netns.Handle) ([]io.Closer, error) {
+// openPodSockets opens, inside ns, the sockets gozt opens for a pod, the
+// SOCKS5 listener too if socks5.
+func openPodSockets(ns *netns.Handle, socks5 bool) ([]io.Closer, error) {
 	var out []io.Closer
 	err := ns.Run(func() error {
 		tcp := sockopt.ListenConfig(sockopt.Options{Transparent: true, ReusePort: true, Mark: podMark})
 		for _, port := range []string{"15001", "15006", "15008"} {
 			l, err := tcp.Listen(context.Background(), "tcp", "0.0.0.0:"+port)
+			if err != nil {
+				return err
+			}
+			out = append(out, l)
+		}
+		if socks5 {
+			lc := sockopt.ListenConfig(sockopt.Options{ReusePort: true, Mark: podMark})
+			l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:15080")
 			if err != nil {
 				return err
 			}
