@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/gozt/gozt/certs/identity"
@@ -28,7 +29,7 @@ type Cert struct {
 
 	tlsCert tls.Certificate
 	td      spiffeid.TrustDomain
-	own     *trustSet         // Roots, the trust of a Cert no Manager handed out
+	own     *ownTrust         // Roots, the trust of a Cert no Manager handed out
 	trust   *trust            // the Manager's roots, or nil: own
 	anchor  *x509.Certificate // the one root of Roots the chain verifies to, or nil if several
 	crl     *CRL              // revocations peers are checked against, or nil
@@ -48,7 +49,22 @@ func (c *Cert) trusted() *trustSet {
 	if c.trust != nil {
 		return c.trust.set.Load()
 	}
-	return c.own
+	return c.own.get()
+}
+
+// ownTrust is a Cert's Roots as a trustSet, built on first use. A Cert a
+// Manager hands out verifies peers against the Manager's roots and never
+// builds it: a CertPool and a record per root, about 1 KB per identity on
+// a node (bench/NOTES.md, the node scenario). A copy of the Cert shares it.
+type ownTrust struct {
+	once  sync.Once
+	roots []*x509.Certificate
+	set   *trustSet
+}
+
+func (o *ownTrust) get() *trustSet {
+	o.once.Do(func() { o.set = ownTrustSet(o.roots) })
+	return o.set
 }
 
 // CRL returns the revocations c's handshakes check, or nil.
@@ -97,7 +113,7 @@ func NewCert(id identity.Identity, chain []*x509.Certificate, key crypto.Signer,
 			return nil, ErrNoRoots
 		}
 	}
-	c.own = ownTrustSet(c.Roots)
+	c.own = &ownTrust{roots: c.Roots}
 	chains, err := verifySVID(c.Chain, x509bundle.FromX509Authorities(td, c.Roots), sans[0], time.Now())
 	if err != nil {
 		return nil, err

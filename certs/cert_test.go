@@ -95,3 +95,34 @@ func TestNewCertAccepts(t *testing.T) {
 		t.Errorf("NewCert aliases the caller's roots slice")
 	}
 }
+
+// TestOwnTrustIsBuiltOnFirstUse: a Cert a Manager hands out verifies peers
+// against the Manager's roots and never builds a pool of its own roots; a
+// Cert no Manager handed out builds it when first asked, and a copy of it
+// shares the one built.
+func TestOwnTrustIsBuiltOnFirstUse(t *testing.T) {
+	ca := newCA(t)
+	c := issue(t, ca, idA)
+	m := certs.NewManager(certs.ManagerConfig{Issuer: fixedIssuer{c}})
+	got, err := m.Get(t.Context(), idA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf := got.Chain[0]
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: got.RootPool()}); err != nil {
+		t.Fatalf("leaf does not verify against the Manager's roots: %v", err)
+	}
+	if certs.OwnTrustBuiltForTest(got) || certs.OwnTrustBuiltForTest(c) {
+		t.Fatal("a Manager's Cert built a pool of its own roots")
+	}
+	pool := c.RootPool()
+	if !certs.OwnTrustBuiltForTest(c) {
+		t.Fatal("RootPool of a Cert no Manager handed out built no pool")
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool}); err != nil {
+		t.Errorf("leaf does not verify against its own roots: %v", err)
+	}
+	if cp := c.WithCRL(nil); cp.RootPool() != pool {
+		t.Error("a copy of the Cert built its own pool again")
+	}
+}

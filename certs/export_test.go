@@ -29,3 +29,7 @@ func ParseCRLSetForTest(data []byte) (lists, entries int, err error) {
 	}
 	return s.lists, s.entries, nil
 }
+
+// OwnTrustBuiltForTest reports whether c's own roots have been made a
+// trust set (a CertPool) yet.
+func OwnTrustBuiltForTest(c *Cert) bool { return c.own.set != nil }
