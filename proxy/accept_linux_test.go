@@ -139,8 +139,9 @@ func wantResets(t *testing.T, clients []net.Conn) {
 }
 
 // TestSpareDescriptor: the spare is /dev/null (a character device, 1:3),
-// close-on-exec, so that it never leaks into a child process, and closing
-// it gives its slot back.
+// close-on-exec, so that it never leaks into a child process. (Whether
+// Close frees the slot is not asked here: another test's goroutine may take
+// the number at once.)
 func TestSpareDescriptor(t *testing.T) {
 	f, err := openSpareFile()
 	if err != nil {
@@ -163,8 +164,5 @@ func TestSpareDescriptor(t *testing.T) {
 	}
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
-	}
-	if err := syscall.Fstat(fd, &st); !errors.Is(err, syscall.EBADF) {
-		t.Errorf("fstat after Close: %v, want EBADF", err)
 	}
 }
