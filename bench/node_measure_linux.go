@@ -846,7 +846,7 @@ func podSockets(p *nodePod) ([]string, error) {
 				addr, port, _ := strings.Cut(f[1], ":")
 				n, err := strconv.ParseUint(port, 16, 16)
 				if err != nil {
-					return fmt.Errorf("/proc/net/%s: local address %q: %w", proto, f[1], err)
+					return fmt.Errorf("/proc/thread-self/net/%s: local address %q: %w", proto, f[1], err)
 				}
 				out = append(out, fmt.Sprintf("%s %s:%d", proto, addr, n))
 			}
