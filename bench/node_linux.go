@@ -35,10 +35,6 @@ type nodeBench struct {
 	apps   connServer
 	env    []string     // gozt's environment, but INPOD_UDS
 	web    *http.Client // reaches gozt's admin and metrics ports
-
-	// sockets is, per add-latency variant, what its last snapshot
-	// opened in the first pod (podSockets).
-	sockets map[string][]string
 }
 
 // nodePod is one pod: its namespace, handed to gozt on every Add, and the

@@ -52,8 +52,9 @@ func stopNodeProc(c *child) {
 
 // addVariant starts a process of start, times the Adds of the ZDS
 // snapshot of every pod (back to back, as after a restart), removes them
-// all, then times their Adds one at a time, oneGap apart.
-func (nb *nodeBench) addVariant(name string, start nodeProc) variant {
+// all, then times their Adds one at a time, oneGap apart. It records in
+// sockets[name] what the snapshot opened in the first pod (podSockets).
+func (nb *nodeBench) addVariant(name string, start nodeProc, sockets map[string][]string) variant {
 	return variant{name, func(ctx context.Context, warm bool) (map[string]float64, error) {
 		zds := filepath.Join(nb.dir, "zds-add.sock")
 		srv, err := inpodtest.Listen(zds)
@@ -81,11 +82,9 @@ func (nb *nodeBench) addVariant(name string, start nodeProc) variant {
 		total := time.Since(t0)
 		// What the snapshot opened in a pod, for addLatency to compare
 		// with the other variant's.
-		socks, err := podSockets(nb.pods[0])
-		if err != nil {
+		if sockets[name], err = podSockets(nb.pods[0]); err != nil {
 			return nil, err
 		}
-		nb.sockets[name] = socks
 		// Let the start-up's work (xDS, certificates) end before the
 		// pods come again one by one.
 		if err := nb.e.quiet(ctx); err != nil {
@@ -112,18 +111,18 @@ func (nb *nodeBench) addVariant(name string, start nodeProc) variant {
 
 func (nb *nodeBench) addLatency(ctx context.Context) ([]Result, error) {
 	const g, bare = "gozt", "bare program"
-	nb.sockets = map[string][]string{}
+	sockets := map[string][]string{}
 	s, err := nb.e.measure(ctx, "node", []variant{
-		nb.addVariant(bare, nb.startBare),
-		nb.addVariant(g, nb.startGoztProc),
+		nb.addVariant(bare, nb.startBare, sockets),
+		nb.addVariant(g, nb.startGoztProc, sockets),
 	}, "one99", "µs p99 one")
 	if err != nil {
 		return nil, err
 	}
 	// The floor holds only if the bare program opened what gozt opens.
-	if !slices.Equal(nb.sockets[g], nb.sockets[bare]) {
+	if !slices.Equal(sockets[g], sockets[bare]) {
 		return nil, fmt.Errorf("a pod's sockets after the bare program's Add differ from those after gozt's: %q, want %q",
-			nb.sockets[bare], nb.sockets[g])
+			sockets[bare], sockets[g])
 	}
 	n := s.count(g, "one99")
 	pods := len(nb.pods)
