@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestShedKeepsTheSpareWhileNothingIsQueued: shedding frees the spare
@@ -155,11 +157,11 @@ func TestSpareDescriptor(t *testing.T) {
 	if st.Mode&syscall.S_IFMT != syscall.S_IFCHR || st.Rdev != 1<<8|3 {
 		t.Errorf("spare descriptor: mode %#o rdev %#x, want /dev/null (character device 1:3)", st.Mode, st.Rdev)
 	}
-	flags, _, errno := syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), syscall.F_GETFD, 0)
-	if errno != 0 {
-		t.Fatal(errno)
+	flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if flags&syscall.FD_CLOEXEC == 0 {
+	if flags&unix.FD_CLOEXEC == 0 {
 		t.Error("spare descriptor is not close-on-exec")
 	}
 	if err := f.Close(); err != nil {
