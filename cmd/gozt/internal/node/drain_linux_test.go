@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -125,7 +126,7 @@ func testSharedDrain(t *testing.T, successor bool) {
 // countTo counts dc's connections whose name starts with prefix.
 func (dc drainConns) countTo(prefix string) int {
 	n := 0
-	for _, h := range append(append(append([]heldConn{}, dc.held...), dc.open...), dc.finFirst, dc.bulk) {
+	for _, h := range slices.Concat(dc.held, dc.open, []heldConn{dc.finFirst, dc.bulk}) {
 		if strings.HasPrefix(h.name, prefix) {
 			n++
 		}
