@@ -21,18 +21,25 @@ import (
 // every handshake that uses the Cert. A Cert a Manager hands out verifies
 // peers against the Manager's roots (RootPool, TrustedRoots), which change
 // while the CA rotates its root; any other verifies them against Roots.
+//
+// A Cert keeps its chain as DER only (in its TLS certificate, whose Leaf
+// is nil): a parsed leaf is kilobytes of heap held for every identity on a
+// node (bench/NOTES.md, the node scenario), and nothing on the data path
+// reads it (crypto/tls signs with Key; the validity is kept apart). Chain
+// parses it again when asked.
 type Cert struct {
 	Identity identity.Identity
-	Chain    []*x509.Certificate // leaf first, then intermediates
 	Key      crypto.Signer
 	Roots    []*x509.Certificate // the CA's root bundle for this leaf (may be several during root rotation)
 
-	tlsCert tls.Certificate
-	td      spiffeid.TrustDomain
-	own     *ownTrust         // Roots, the trust of a Cert no Manager handed out
-	trust   *trust            // the Manager's roots, or nil: own
-	anchor  *x509.Certificate // the one root of Roots the chain verifies to, or nil if several
-	crl     *CRL              // revocations peers are checked against, or nil
+	tlsCert   tls.Certificate // Certificate: the chain's DER, leaf first; Leaf nil
+	notBefore time.Time       // the leaf's validity
+	notAfter  time.Time
+	td        spiffeid.TrustDomain
+	own       *ownTrust         // Roots, the trust of a Cert no Manager handed out
+	trust     *trust            // the Manager's roots, or nil: own
+	anchor    *x509.Certificate // the one root of Roots the chain verifies to, or nil if several
+	crl       *CRL              // revocations peers are checked against, or nil
 }
 
 // WithCRL returns a copy of c whose handshakes (ServerConfig, ClientConfig)
@@ -102,11 +109,12 @@ func NewCert(id identity.Identity, chain []*x509.Certificate, key crypto.Signer,
 		return nil, fmt.Errorf("%w: %v", ErrIdentityMismatch, err)
 	}
 	c := &Cert{
-		Identity: id,
-		Chain:    append([]*x509.Certificate(nil), chain...),
-		Key:      key,
-		Roots:    append([]*x509.Certificate(nil), roots...),
-		td:       td,
+		Identity:  id,
+		Key:       key,
+		Roots:     append([]*x509.Certificate(nil), roots...),
+		notBefore: leaf.NotBefore,
+		notAfter:  leaf.NotAfter,
+		td:        td,
 	}
 	for _, r := range c.Roots {
 		if r == nil {
@@ -114,17 +122,37 @@ func NewCert(id identity.Identity, chain []*x509.Certificate, key crypto.Signer,
 		}
 	}
 	c.own = &ownTrust{roots: c.Roots}
-	chains, err := verifySVID(c.Chain, x509bundle.FromX509Authorities(td, c.Roots), sans[0], time.Now())
+	der := make([][]byte, len(chain))
+	for i, cert := range chain {
+		if cert == nil {
+			return nil, fmt.Errorf("%w: certificate %d of the chain is nil", ErrEmptyChain, i)
+		}
+		der[i] = cert.Raw
+	}
+	chains, err := verifySVID(chain, x509bundle.FromX509Authorities(td, c.Roots), sans[0], time.Now())
 	if err != nil {
 		return nil, err
 	}
 	c.anchor = soleAnchor(chains)
-	der := make([][]byte, len(c.Chain))
-	for i, cert := range c.Chain {
-		der[i] = cert.Raw
-	}
-	c.tlsCert = tls.Certificate{Certificate: der, PrivateKey: key, Leaf: leaf}
+	c.tlsCert = tls.Certificate{Certificate: der, PrivateKey: key}
 	return c, nil
+}
+
+// Chain returns the certificate chain, leaf first, then intermediates,
+// parsed again from its DER on every call (for the admin pages, not a
+// handshake). For certificates parsed from DER, as every caller's are,
+// this parses what NewCert was given and cannot fail; were it to, Chain
+// returns the certificates before the one that did not parse.
+func (c *Cert) Chain() []*x509.Certificate {
+	out := make([]*x509.Certificate, 0, len(c.tlsCert.Certificate))
+	for _, der := range c.tlsCert.Certificate {
+		cert, err := x509.ParseCertificate(der)
+		if err != nil {
+			break
+		}
+		out = append(out, cert)
+	}
+	return out
 }
 
 // publicKeyEqual reports whether a and b are the same public key.
@@ -162,10 +190,10 @@ func (c *Cert) TrustedRoots() []*x509.Certificate {
 }
 
 // NotBefore returns the start of the leaf's validity.
-func (c *Cert) NotBefore() time.Time { return c.Chain[0].NotBefore }
+func (c *Cert) NotBefore() time.Time { return c.notBefore }
 
 // NotAfter returns the end of the leaf's validity.
-func (c *Cert) NotAfter() time.Time { return c.Chain[0].NotAfter }
+func (c *Cert) NotAfter() time.Time { return c.notAfter }
 
 // RefreshTime returns when the certificate should be renewed: halfway
 // through its validity, NotBefore + (NotAfter-NotBefore)/2 (SPEC §6.3).

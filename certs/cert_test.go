@@ -1,10 +1,12 @@
 package certs_test
 
 import (
+	"bytes"
 	"context"
 	"crypto"
 	"crypto/x509"
 	"errors"
+	"runtime"
 	"testing"
 	"time"
 
@@ -41,10 +43,10 @@ func TestNewCertRejects(t *testing.T) {
 		wantErr error
 	}{
 		{"empty chain", idA, nil, good.Key, ca.Roots(), certs.ErrEmptyChain},
-		{"no roots", idA, good.Chain, good.Key, nil, certs.ErrNoRoots},
-		{"key mismatch", idA, good.Chain, key, ca.Roots(), certs.ErrKeyMismatch},
-		{"nil key", idA, good.Chain, nil, ca.Roots(), certs.ErrKeyMismatch},
-		{"zero identity", identity.Identity{}, good.Chain, good.Key, ca.Roots(), certs.ErrIdentityMismatch},
+		{"no roots", idA, good.Chain(), good.Key, nil, certs.ErrNoRoots},
+		{"key mismatch", idA, good.Chain(), key, ca.Roots(), certs.ErrKeyMismatch},
+		{"nil key", idA, good.Chain(), nil, ca.Roots(), certs.ErrKeyMismatch},
+		{"zero identity", identity.Identity{}, good.Chain(), good.Key, ca.Roots(), certs.ErrIdentityMismatch},
 		{"other identity", idA, sign(ca, certstest.LeafTemplate(t, idB.String())), key, ca.Roots(), certs.ErrIdentityMismatch},
 		{"two URI SANs", idA, sign(ca, certstest.LeafTemplate(t, idA.String(), idB.String())), key, ca.Roots(), certs.ErrIdentityMismatch},
 		{"no URI SAN", idA, sign(ca, certstest.LeafTemplate(t)), key, ca.Roots(), certs.ErrIdentityMismatch},
@@ -67,21 +69,21 @@ func TestNewCertAccepts(t *testing.T) {
 	issued := issue(t, ca, idA)
 	// Root rotation: several roots, only one of which signed the chain.
 	roots := append(newCA(t).Roots(), ca.Roots()...)
-	c, err := certs.NewCert(idA, issued.Chain, issued.Key, roots)
+	c, err := certs.NewCert(idA, issued.Chain(), issued.Key, roots)
 	if err != nil {
 		t.Fatalf("NewCert: %v", err)
 	}
 	tc := c.TLSCertificate()
-	if len(tc.Certificate) != 1 || string(tc.Certificate[0]) != string(issued.Chain[0].Raw) || tc.Leaf != issued.Chain[0] || tc.PrivateKey != issued.Key {
+	if len(tc.Certificate) != 1 || string(tc.Certificate[0]) != string(issued.Chain()[0].Raw) || tc.Leaf != nil || tc.PrivateKey != issued.Key {
 		t.Errorf("TLSCertificate() = %+v, not the chain and key", tc)
 	}
 	if c.TLSCertificate() != tc {
 		t.Errorf("TLSCertificate() is rebuilt on each call")
 	}
-	if _, err := issued.Chain[0].Verify(x509.VerifyOptions{Roots: c.RootPool()}); err != nil {
+	if _, err := issued.Chain()[0].Verify(x509.VerifyOptions{Roots: c.RootPool()}); err != nil {
 		t.Errorf("leaf does not verify against RootPool(): %v", err)
 	}
-	leaf := issued.Chain[0]
+	leaf := issued.Chain()[0]
 	if !c.NotBefore().Equal(leaf.NotBefore) || !c.NotAfter().Equal(leaf.NotAfter) {
 		t.Errorf("NotBefore/NotAfter = %v/%v, want %v/%v", c.NotBefore(), c.NotAfter(), leaf.NotBefore, leaf.NotAfter)
 	}
@@ -96,6 +98,40 @@ func TestNewCertAccepts(t *testing.T) {
 	}
 }
 
+// TestCertHoldsNoParsedLeaf: a Cert keeps its chain as DER only, so the
+// parsed certificates NewCert was given are collected once the caller drops
+// them (about 2.8 KB per identity on a node), and Chain parses the same
+// certificates again.
+func TestCertHoldsNoParsedLeaf(t *testing.T) {
+	issued := issue(t, newCA(t), idA)
+	chain := issued.Chain()
+	want := chain[0].Raw
+	collected := make(chan struct{})
+	runtime.AddCleanup(chain[0], func(ch chan struct{}) { close(ch) }, collected)
+	c, err := certs.NewCert(idA, chain, issued.Key, issued.Roots)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chain = nil
+	for i := 0; ; i++ {
+		runtime.GC()
+		select {
+		case <-collected:
+		case <-time.After(10 * time.Millisecond):
+			if i < 100 {
+				continue
+			}
+			t.Fatal("the parsed leaf given to NewCert is still reachable from the Cert")
+		}
+		break
+	}
+	got := c.Chain()
+	if len(got) != 1 || !bytes.Equal(got[0].Raw, want) || !got[0].NotAfter.Equal(c.NotAfter()) {
+		t.Errorf("Chain() = %d certificates, not the leaf NewCert was given", len(got))
+	}
+	runtime.KeepAlive(c)
+}
+
 // TestOwnTrustIsBuiltOnFirstUse: a Cert a Manager hands out verifies peers
 // against the Manager's roots and never builds a pool of its own roots; a
 // Cert no Manager handed out builds it when first asked, and a copy of it
@@ -108,7 +144,7 @@ func TestOwnTrustIsBuiltOnFirstUse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	leaf := got.Chain[0]
+	leaf := got.Chain()[0]
 	if _, err := leaf.Verify(x509.VerifyOptions{Roots: got.RootPool()}); err != nil {
 		t.Fatalf("leaf does not verify against the Manager's roots: %v", err)
 	}

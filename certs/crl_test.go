@@ -142,7 +142,7 @@ var (
 	yesterday = time.Now().Add(-24 * time.Hour)
 )
 
-func serialOf(c *certs.Cert, i int) *big.Int { return c.Chain[i].SerialNumber }
+func serialOf(c *certs.Cert, i int) *big.Int { return c.Chain()[i].SerialNumber }
 
 func writeFile(t testing.TB, name string, data []byte) {
 	t.Helper()
@@ -345,7 +345,7 @@ func TestRevoked(t *testing.T) {
 	l := loadCRL(t, pemCRL(crlDER(t, p.inter, tomorrow, nil, serialOf(revoked, 0))))
 	interRevoked := loadCRL(t, pemCRL(crlDER(t, p.root, tomorrow, nil, serialOf(fine, 1))))
 	chain := func(c *certs.Cert) []*x509.Certificate {
-		return append(append([]*x509.Certificate{}, c.Chain...), p.root.cert)
+		return append(append([]*x509.Certificate{}, c.Chain()...), p.root.cert)
 	}
 	now := time.Now()
 	tests := []struct {
@@ -355,14 +355,14 @@ func TestRevoked(t *testing.T) {
 	}{
 		{"Revoked(revoked chain)", l.Revoked(chain(revoked)), true},
 		{"Revoked(fine chain)", l.Revoked(chain(fine)), false},
-		{"Revoked(leaf only)", l.Revoked(revoked.Chain[:1]), false},
+		{"Revoked(leaf only)", l.Revoked(revoked.Chain()[:1]), false},
 		{"nil CRL Revoked", (*certs.CRL)(nil).Revoked(chain(revoked)), false},
-		{"PeerRevoked(revoked)", l.PeerRevoked(fine, revoked.Chain, now), true},
-		{"PeerRevoked(fine)", l.PeerRevoked(revoked, fine.Chain, now), false},
-		{"PeerRevoked(unverifiable)", l.PeerRevoked(fine, revoked.Chain[:1], now), false},
-		{"PeerRevoked(after expiry)", l.PeerRevoked(fine, revoked.Chain, now.Add(48*time.Hour)), false},
-		{"nil CRL PeerRevoked", (*certs.CRL)(nil).PeerRevoked(fine, revoked.Chain, now), false},
-		{"PeerRevoked(revoked intermediate)", interRevoked.PeerRevoked(revoked, fine.Chain, now), true},
+		{"PeerRevoked(revoked)", l.PeerRevoked(fine, revoked.Chain(), now), true},
+		{"PeerRevoked(fine)", l.PeerRevoked(revoked, fine.Chain(), now), false},
+		{"PeerRevoked(unverifiable)", l.PeerRevoked(fine, revoked.Chain()[:1], now), false},
+		{"PeerRevoked(after expiry)", l.PeerRevoked(fine, revoked.Chain(), now.Add(48*time.Hour)), false},
+		{"nil CRL PeerRevoked", (*certs.CRL)(nil).PeerRevoked(fine, revoked.Chain(), now), false},
+		{"PeerRevoked(revoked intermediate)", interRevoked.PeerRevoked(revoked, fine.Chain(), now), true},
 		{"Revoked(revoked intermediate)", interRevoked.Revoked(chain(fine)), true},
 	}
 	for _, tt := range tests {
@@ -451,7 +451,7 @@ func sameSizeCRL(t testing.TB, size int, gen func() []byte) []byte {
 func TestCRLWatch(t *testing.T) {
 	p := newTestPKI(t)
 	peer := p.issue(t, idA, p.inter)
-	chain := append(append([]*x509.Certificate{}, peer.Chain...), p.root.cert)
+	chain := append(append([]*x509.Certificate{}, peer.Chain()...), p.root.cert)
 	name := filepath.Join(t.TempDir(), "crl.pem")
 	synctest.Test(t, func(t *testing.T) {
 		l, err := certs.LoadCRL(name) // missing: waits for the file

@@ -211,7 +211,7 @@ func TestManagerRefreshAtHalfLife(t *testing.T) {
 
 		c1 := mustGet(t, m, idA)
 		halfLife := func(c *certs.Cert) time.Time {
-			leaf := c.Chain[0]
+			leaf := c.Chain()[0]
 			return leaf.NotBefore.Add(leaf.NotAfter.Sub(leaf.NotBefore) / 2)
 		}
 		time.Sleep(time.Until(halfLife(c1)) - time.Second)

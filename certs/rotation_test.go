@@ -82,10 +82,10 @@ func peerState(chain []*x509.Certificate) *tls.ConnectionState {
 // the server (outbound). It returns the first failure.
 func connect(client, server *certs.Cert) error {
 	now := time.Now()
-	if err := certs.VerifyClientForTest(server, peerState(client.Chain), now); err != nil {
+	if err := certs.VerifyClientForTest(server, peerState(client.Chain()), now); err != nil {
 		return err
 	}
-	return certs.VerifyServerForTest(client, []string{server.Identity.String()}, peerState(server.Chain), now)
+	return certs.VerifyServerForTest(client, []string{server.Identity.String()}, peerState(server.Chain()), now)
 }
 
 // wantBothWays fails t unless x and y connect in both directions.
@@ -118,10 +118,10 @@ func anchoredAt(c *certs.Cert, root *x509.Certificate) bool {
 	pool := x509.NewCertPool()
 	pool.AddCert(root)
 	inter := x509.NewCertPool()
-	for _, ic := range c.Chain[1:] {
+	for _, ic := range c.Chain()[1:] {
 		inter.AddCert(ic)
 	}
-	_, err := c.Chain[0].Verify(x509.VerifyOptions{Roots: pool, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}})
+	_, err := c.Chain()[0].Verify(x509.VerifyOptions{Roots: pool, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}})
 	return err == nil
 }
 
@@ -183,8 +183,8 @@ func TestRootRotationRefetchesAtOnce(t *testing.T) {
 // and as a server (outbound); peer's own view is not checked.
 func accepts(c, peer *certs.Cert) bool {
 	now := time.Now()
-	return certs.VerifyClientForTest(c, peerState(peer.Chain), now) == nil &&
-		certs.VerifyServerForTest(c, []string{peer.Identity.String()}, peerState(peer.Chain), now) == nil
+	return certs.VerifyClientForTest(c, peerState(peer.Chain()), now) == nil &&
+		certs.VerifyServerForTest(c, []string{peer.Identity.String()}, peerState(peer.Chain()), now) == nil
 }
 
 // trusts reports whether c verifies peers against root.

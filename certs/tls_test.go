@@ -309,7 +309,7 @@ func BenchmarkVerifyPeer(b *testing.B) {
 	srv, cli := issue(b, ca, idA), issue(b, ca, idB)
 	now := time.Now()
 	state := func(peer *certs.Cert) *tls.ConnectionState {
-		return &tls.ConnectionState{Version: tls.VersionTLS13, NegotiatedProtocol: "h2", PeerCertificates: peer.Chain}
+		return &tls.ConnectionState{Version: tls.VersionTLS13, NegotiatedProtocol: "h2", PeerCertificates: peer.Chain()}
 	}
 	b.Run("inbound", func(b *testing.B) {
 		cs := state(cli)

@@ -33,7 +33,7 @@ func TestCACacheSharesCAsNotLeaves(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	leaf := leafCert.Chain[0].Raw
+	leaf := leafCert.Chain()[0].Raw
 	l1, err := cc.parse(leaf)
 	if err != nil {
 		t.Fatal(err)

@@ -120,7 +120,7 @@ func TestIssueRequest(t *testing.T) {
 		t.Errorf("two requests used the same key")
 	}
 	for i, cert := range []*certs.Cert{cA, cB} {
-		if !cert.Chain[0].PublicKey.(*ecdsa.PublicKey).Equal(reqs[i].CSR.PublicKey) {
+		if !cert.Chain()[0].PublicKey.(*ecdsa.PublicKey).Equal(reqs[i].CSR.PublicKey) {
 			t.Errorf("cert %d is not for the key of its CSR", i)
 		}
 		if d := cert.NotAfter().Sub(cert.NotBefore()); d != 2*time.Hour {

@@ -286,7 +286,7 @@ func TestF10RootRotation(t *testing.T) {
 		t.Fatalf("root bundles hold %d and %d roots, want 2", len(aNew.Roots), len(bOld.Roots))
 	}
 	signedBy := func(cert *certs.Cert, ca *localca.CA) bool {
-		return cert.Chain[0].CheckSignatureFrom(ca.Roots()[0]) == nil
+		return cert.Chain()[0].CheckSignatureFrom(ca.Roots()[0]) == nil
 	}
 	if !signedBy(aNew, newCA) || !signedBy(bOld, oldCA) {
 		t.Fatalf("certs not signed by the expected CAs")

@@ -142,8 +142,8 @@ func TestParseResponse(t *testing.T) {
 			if err != nil {
 				t.Fatalf("parseResponse: %v", err)
 			}
-			if len(c.Chain) != tt.wantChain || !c.Chain[0].Equal(p.leaf) {
-				t.Errorf("served chain has %d certs, want %d starting with the leaf", len(c.Chain), tt.wantChain)
+			if len(c.Chain()) != tt.wantChain || !c.Chain()[0].Equal(p.leaf) {
+				t.Errorf("served chain has %d certs, want %d starting with the leaf", len(c.Chain()), tt.wantChain)
 			}
 		})
 	}
@@ -174,7 +174,7 @@ func FuzzParseResponse(f *testing.F) {
 			if err != nil {
 				continue
 			}
-			if cert.Identity != testID || !cert.Chain[0].PublicKey.(*ecdsa.PublicKey).Equal(p.key.Public()) {
+			if cert.Identity != testID || !cert.Chain()[0].PublicKey.(*ecdsa.PublicKey).Equal(p.key.Public()) {
 				t.Fatalf("accepted a cert for %v / another key", cert.Identity)
 			}
 		}

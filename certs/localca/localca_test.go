@@ -39,12 +39,12 @@ func TestIssue(t *testing.T) {
 		t.Fatalf("Issue: %v", err)
 	}
 	// The result must be acceptable to NewCert on its own.
-	if _, err := certs.NewCert(testID, c.Chain, c.Key, ca.Roots()); err != nil {
+	if _, err := certs.NewCert(testID, c.Chain(), c.Key, ca.Roots()); err != nil {
 		t.Fatalf("NewCert(Issue result): %v", err)
 	}
-	leaf := c.Chain[0]
-	if len(c.Chain) != 1 {
-		t.Errorf("len(Chain) = %d, want 1 for a root-signed leaf", len(c.Chain))
+	leaf := c.Chain()[0]
+	if len(c.Chain()) != 1 {
+		t.Errorf("len(Chain) = %d, want 1 for a root-signed leaf", len(c.Chain()))
 	}
 	if len(leaf.URIs) != 1 || leaf.URIs[0].String() != testID.String() {
 		t.Errorf("leaf URIs = %v, want [%v]", leaf.URIs, testID)
@@ -155,7 +155,7 @@ func TestDirRoundTrip(t *testing.T) {
 	if !pool.AppendCertsFromPEM(onDisk) {
 		t.Fatal("root-cert.pem: no certificates")
 	}
-	if _, err := c.Chain[0].Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+	if _, err := c.Chain()[0].Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
 		t.Errorf("leaf does not verify against root-cert.pem: %v", err)
 	}
 	verifyWithOpenSSL(t, filepath.Join(dir, fileRootCert), nil, c)
@@ -172,7 +172,7 @@ func verifyWithOpenSSL(t *testing.T, rootFile string, untrusted []*x509.Certific
 	}
 	dir := t.TempDir()
 	leafFile := filepath.Join(dir, "leaf.pem")
-	if err := os.WriteFile(leafFile, encodeCerts(c.Chain[:1]), 0o600); err != nil {
+	if err := os.WriteFile(leafFile, encodeCerts(c.Chain()[:1]), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	args := []string{"verify", "-CAfile", rootFile}
@@ -241,16 +241,16 @@ func TestDirIntermediate(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Served chain: leaf, intermediate; never the root.
-	if diff := cmp.Diff([][]byte{c.Chain[0].Raw, inter.Raw}, rawOf(c.Chain)); diff != "" {
+	if diff := cmp.Diff([][]byte{c.Chain()[0].Raw, inter.Raw}, rawOf(c.Chain())); diff != "" {
 		t.Errorf("Chain (-want +got):\n%s", diff)
 	}
-	if err := c.Chain[0].CheckSignatureFrom(inter); err != nil {
+	if err := c.Chain()[0].CheckSignatureFrom(inter); err != nil {
 		t.Errorf("leaf not signed by the intermediate: %v", err)
 	}
 	// The leaf alone does not verify to the root: the intermediate is needed.
 	pool := x509.NewCertPool()
 	pool.AddCert(root)
-	if _, err := c.Chain[0].Verify(x509.VerifyOptions{Roots: pool}); err == nil {
+	if _, err := c.Chain()[0].Verify(x509.VerifyOptions{Roots: pool}); err == nil {
 		t.Errorf("leaf verified without its intermediate")
 	}
 	verifyWithOpenSSL(t, filepath.Join(dir, fileRootCert), []*x509.Certificate{inter}, c)

@@ -33,10 +33,10 @@ func (c certExpiry) Describe(ch chan<- *prometheus.Desc) { ch <- certExpiryDesc 
 
 func (c certExpiry) Collect(ch chan<- prometheus.Metric) {
 	for _, st := range c.states() {
-		if st.Cert == nil || len(st.Cert.Chain) == 0 {
+		if st.Cert == nil {
 			continue
 		}
 		ch <- prometheus.MustNewConstMetric(certExpiryDesc, prometheus.GaugeValue,
-			float64(st.Cert.Chain[0].NotAfter.Unix()), st.Identity.String())
+			float64(st.Cert.NotAfter().Unix()), st.Identity.String())
 	}
 }

@@ -39,7 +39,7 @@ func TestCertExpiry(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return float64(c.Chain[0].NotAfter.Unix())
+		return float64(c.Chain()[0].NotAfter.Unix())
 	}
 	want := func(values map[identity.Identity]float64) string {
 		var out strings.Builder

@@ -164,7 +164,7 @@ func certificates(states []certs.State) []certJSON {
 	for _, s := range states {
 		cj := certJSON{Identity: s.Identity.String(), State: s.Status, CertChain: []certItemJSON{}, RootCerts: []certItemJSON{}}
 		if s.Cert != nil {
-			for _, c := range s.Cert.Chain {
+			for _, c := range s.Cert.Chain() {
 				cj.CertChain = append(cj.CertChain, certItem(c))
 			}
 			// What gozt trusts now: during a root rotation, old and new

@@ -239,9 +239,11 @@ func liveWorkload(w LiveWorkload, st *certs.State) liveWorkloadJSON {
 	if st != nil {
 		// The leaf only: its serial and validity, never PEM or a key.
 		c := &liveCertJSON{State: st.Status}
-		if st.Cert != nil && len(st.Cert.Chain) > 0 {
-			leaf := certItem(st.Cert.Chain[0])
-			c.SerialNumber, c.ValidFrom, c.ExpirationTime = leaf.SerialNumber, leaf.ValidFrom, leaf.ExpirationTime
+		if st.Cert != nil {
+			if chain := st.Cert.Chain(); len(chain) > 0 {
+				leaf := certItem(chain[0])
+				c.SerialNumber, c.ValidFrom, c.ExpirationTime = leaf.SerialNumber, leaf.ValidFrom, leaf.ExpirationTime
+			}
 		}
 		out.Certificate = c
 	}

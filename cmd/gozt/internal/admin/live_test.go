@@ -115,7 +115,7 @@ func TestLiveJSONShape(t *testing.T) {
 		t.Errorf("workload identity = %v", w["identity"])
 	}
 	c := check("certificate", w["certificate"], "expirationTime", "serialNumber", "state", "validFrom")
-	if want := cert.Chain[0].NotAfter.UTC().Format(time.RFC3339); c["expirationTime"] != want || c["state"] != "Available" {
+	if want := cert.Chain()[0].NotAfter.UTC().Format(time.RFC3339); c["expirationTime"] != want || c["state"] != "Available" {
 		t.Errorf("certificate = %v, want Available expiring %s", c, want)
 	}
 

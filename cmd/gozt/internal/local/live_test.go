@@ -191,7 +191,7 @@ func TestLiveViewInBrowser(t *testing.T) {
 	certs := map[string]time.Time{}
 	for _, st := range tm.Certs().States() {
 		if st.Cert != nil {
-			certs[st.Identity.String()] = st.Cert.Chain[0].NotAfter.UTC()
+			certs[st.Identity.String()] = st.Cert.Chain()[0].NotAfter.UTC()
 		}
 	}
 	for _, want := range []struct{ name, id string }{
