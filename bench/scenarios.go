@@ -745,7 +745,7 @@ func runXDSPush(ctx context.Context, e *env) ([]Result, error) {
 			note("1-byte round trip every 1 ms, from the push to 0.5 s after its last ACK"),
 		row(t, "longest stall of a live connection ÷ its longest before the push", s.median("push", "stallratio"), "×", n).
 			goal(Target{OnValue: true, Max: true, Bound: 1.5}).
-			note("each repetition's ratio: the push's window against the calm one before it, as long as a push takes"),
+			note("each repetition's ratio: the push's window against the calm one before it, as long as the previous push's window"),
 		row(t, "longest stop-the-world of a proxy in that window", s.median("push", "stw"), "ms", n),
 		row(t, "longest wait of a proxy for the world to stop in that window", s.median("push", "stop"), "ms", n),
 		row(t, "longest wait of a ready goroutine to run, in a proxy, in that window", s.median("push", "wait"), "ms", n),
@@ -816,13 +816,14 @@ func (e *env) pushFloor(ctx context.Context, x *child, xdsArgs []string) (sample
 //
 // The stall window runs from the push until both proxies ACKed it and
 // pushTail more, so that it also holds the collection that usually follows
-// an applied push. The calm window comes before the push, as long as the
-// previous push took (firstCalm before the first), so that nothing of a
-// push is in it.
+// an applied push. The calm window comes before the push and is as long as
+// the previous push's stall window (firstCalm before the first): the
+// longest of a connection's round trips grows with the window it is taken
+// over, so the two are compared over equal lengths.
 func (e *env) push(name string, x, out, in *child, p *probe) variant {
 	const (
 		pushTail  = 500 * time.Millisecond
-		firstCalm = 1500 * time.Millisecond
+		firstCalm = 1500*time.Millisecond + pushTail
 	)
 	rep := 0
 	calmFor := firstCalm
@@ -855,6 +856,7 @@ func (e *env) push(name string, x, out, in *child, p *probe) variant {
 		p.reset()
 		time.Sleep(calmFor)
 		calm, _ := p.reset()
+		pushed := time.Now() // the stall window starts with the reset
 		// The proxies' sched figures are since the previous ask: this one
 		// starts the push's window.
 		if _, err := schedOf(ctx, out, in); err != nil {
@@ -866,6 +868,7 @@ func (e *env) push(name string, x, out, in *child, p *probe) variant {
 		}
 		time.Sleep(pushTail)
 		stall, _ := p.reset()
+		window := time.Since(pushed)
 		sched, err := schedOf(ctx, out, in)
 		if err != nil {
 			return nil, err
@@ -878,7 +881,7 @@ func (e *env) push(name string, x, out, in *child, p *probe) variant {
 			return nil, errors.New("xds role built the push inside the measured window")
 		}
 		if !warm {
-			calmFor = time.Duration(res.Seconds * float64(time.Second))
+			calmFor = window
 		}
 		if err := p.failure(); err != nil {
 			return nil, err
