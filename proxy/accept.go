@@ -36,7 +36,7 @@ import (
 // error, and when nothing is queued, the loop backs off, so that it never
 // spins. A successful Accept takes the spare back; the streak of failures,
 // and with it the shedding, ends only once a second passes without a
-// failed accept (admission.Listener.Failed), since at the limit one accept
+// failed accept (admission.Hooks.Failed), since at the limit one accept
 // now and then gets through between failures.
 //
 // Failures are logged at most once per acceptLogEvery per listener, with

@@ -21,11 +21,23 @@ func idleListener(t *testing.T, idle time.Duration) (*admission.Listener, string
 	t.Cleanup(func() { l.Close() })
 	return &admission.Listener{
 		Listener: l,
-		Failed:   func(err error, _ int) { t.Errorf("accept failed: %v", err) },
-		Admit:    func(net.Conn) bool { return true },
-		Idle:     idle,
+		Hooks: funcHooks{
+			failed: func(err error, _ int) { t.Errorf("accept failed: %v", err) },
+			admit:  func(net.Conn) bool { return true },
+		},
+		Idle: idle,
 	}, l.Addr().String()
 }
+
+// funcHooks are a test's admission hooks, as functions.
+type funcHooks struct {
+	failed func(err error, failures int)
+	admit  func(c net.Conn) bool
+}
+
+func (h funcHooks) Failed(err error, failures int) { h.failed(err, failures) }
+func (funcHooks) Accepted()                        {}
+func (h funcHooks) Admit(c net.Conn) bool          { return h.admit(c) }
 
 func dialTCP(t *testing.T, addr string) {
 	t.Helper()
@@ -159,8 +171,10 @@ func TestFailureStreakSpansSuccesses(t *testing.T) {
 		var got []int
 		al := &admission.Listener{
 			Listener: s,
-			Failed:   func(_ error, failures int) { got = append(got, failures) },
-			Admit:    func(c net.Conn) bool { c.Close(); return true },
+			Hooks: funcHooks{
+				failed: func(_ error, failures int) { got = append(got, failures) },
+				admit:  func(c net.Conn) bool { c.Close(); return true },
+			},
 		}
 		for range 3 {
 			if _, err := al.Accept(); err != nil {

@@ -137,6 +137,14 @@ func TestParkedSocketsAnswer(t *testing.T) {
 	}
 }
 
+// sleepyHooks admit every connection and wait a millisecond after a
+// failed accept.
+type sleepyHooks struct{}
+
+func (sleepyHooks) Failed(error, int)   { time.Sleep(time.Millisecond) }
+func (sleepyHooks) Accepted()           {}
+func (sleepyHooks) Admit(net.Conn) bool { return true }
+
 // TestParkedAdmittedListener: a TCP listener that AdmitTCP wraps parks
 // when its admission.Listener reports the idle time the server gave it.
 func TestParkedAdmittedListener(t *testing.T) {
@@ -144,8 +152,7 @@ func TestParkedAdmittedListener(t *testing.T) {
 	srv := newLoopServer(t, "127.83.6.3", func(cfg *ServerConfig) {
 		parking(set, 20*time.Millisecond)(cfg)
 		cfg.AdmitTCP = func(l net.Listener) *admission.Listener {
-			return &admission.Listener{Listener: l, Failed: func(error, int) { time.Sleep(time.Millisecond) },
-				Admit: func(net.Conn) bool { return true }}
+			return &admission.Listener{Listener: l, Hooks: sleepyHooks{}}
 		}
 	})
 	_, tcp := runServer(t, srv)

@@ -78,6 +78,14 @@ func (s *Server) acceptTCP(l *listener) {
 	}
 }
 
+// backOffHooks are the admission hooks of a TCP listener without
+// AdmitTCP: a failed accept backs off, and every connection is admitted.
+type backOffHooks struct{ s *Server }
+
+func (h backOffHooks) Failed(err error, failures int) { h.s.backOff(err, failures) }
+func (backOffHooks) Accepted()                        {}
+func (backOffHooks) Admit(net.Conn) bool              { return true }
+
 // backOff is the Failed of a listener without AdmitTCP: it waits before
 // the next accept, less if Shutdown begins.
 func (s *Server) backOff(err error, failures int) {
@@ -259,7 +267,7 @@ func (s *Server) tcpListener(l *net.TCPListener) net.Listener {
 	if s.cfg.AdmitTCP != nil {
 		a = s.cfg.AdmitTCP(l)
 	} else {
-		a = &admission.Listener{Listener: l, Failed: s.backOff, Admit: func(net.Conn) bool { return true }}
+		a = &admission.Listener{Listener: l, Hooks: backOffHooks{s}}
 	}
 	a.Idle = s.idle()
 	return &boundedListener{Listener: a, slots: s.tcpSlots, refused: s.refuseTCP}
