@@ -36,7 +36,7 @@ type Listener struct {
 // Hooks is what a Listener asks of its owner. It is an interface, not
 // three functions, so that an owner holding what the hooks need (a proxy's
 // listener: the proxy and the listener's name) implements it without a
-// closure per hook and per listener: a node in shared mode has five
+// closure per hook and per listener: a node in shared mode has up to five
 // listeners per pod.
 type Hooks interface {
 	// Failed handles a failed Accept, the failures-th of its streak: any
