@@ -3,6 +3,7 @@ package proxy
 import (
 	"errors"
 	"net"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -49,12 +50,43 @@ func (g *acceptGuard) shedQueued(l net.Listener) int {
 			_ = unix.Close(c)
 			n++
 		}
-		if !g.openSpareLocked() && n == 0 {
+		if !g.retakeSpareLocked() && n == 0 {
 			n = resetQueue(lfd) // the slot was taken before the first accept
 		}
 	})
 	return n
 }
+
+// retakeSpareLocked takes the spare back after a shed gave its slot up,
+// and reports whether it is held. The open can fail for a moment without
+// the slot being lost: another goroutine's accept4(2) or socket(2) reserves
+// a descriptor before it knows whether it fails, so an accept loop whose
+// Accept fails (EMFILE, or EAGAIN on an empty queue) holds the freed slot
+// for a few microseconds, and that is the loop most likely to be trying
+// while descriptors are gone. So a failed open is tried again, spareRetries
+// times, spareRetryGap apart, before the spare is given up as lost
+// (TestAdmissionShedsDNSOutOfDescriptors lost it that way once in CI, to
+// the outbound listener's accept loop, which fails every acceptBackoff
+// while the descriptors are gone).
+func (g *acceptGuard) retakeSpareLocked() bool {
+	for try := 0; ; try++ {
+		if g.openSpareLocked() {
+			return true
+		}
+		if try == spareRetries {
+			return false
+		}
+		time.Sleep(spareRetryGap)
+	}
+}
+
+// How often and how far apart retakeSpareLocked tries: at most a few
+// milliseconds with the shed's lock held, on a path taken only while the
+// process is out of descriptors.
+const (
+	spareRetries  = 5
+	spareRetryGap = 100 * time.Microsecond
+)
 
 // resetQueue resets every connection queued on the listening socket lfd
 // without a descriptor, for when the spare is gone, and returns how many

@@ -51,6 +51,44 @@ func TestShedKeepsTheSpareWhileNothingIsQueued(t *testing.T) {
 	}
 }
 
+// TestShedRetakesTheSpareAfterABriefReservation: after a shed, the open
+// that takes the spare back can fail for a moment, while another
+// goroutine's failing accept4 or socket(2) holds the freed slot; the shed
+// tries it again rather than losing the spare.
+func TestShedRetakesTheSpareAfterABriefReservation(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var g acceptGuard
+	g.reacquire()
+	defer g.closeSpare()
+	if g.spare == nil {
+		t.Fatal("no spare descriptor after reacquire")
+	}
+	saved := openSpareFile
+	defer func() { openSpareFile = saved }()
+	opens := 0
+	openSpareFile = func() (*os.File, error) {
+		if opens++; opens <= 2 { // the slot held by another call, twice
+			return nil, syscall.EMFILE
+		}
+		return saved()
+	}
+	clients := queueClients(t, l, 2)
+	if n := g.shedQueued(l); n != 2 {
+		t.Fatalf("shed %d connections of 2 queued", n)
+	}
+	wantResets(t, clients)
+	if g.spare == nil {
+		t.Fatalf("the spare was lost after %d opens, two of them refused", opens)
+	}
+	if opens != 3 {
+		t.Errorf("the spare was opened %d times after the shed, want 3 (two refused, then held)", opens)
+	}
+}
+
 // TestShedWithoutTheSpareResetsTheQueue: with the spare lost and no
 // descriptor to accept with, what is queued is reset all the same, and the
 // listener goes on listening on its address, a port-0 one included.
