@@ -27,7 +27,9 @@ import (
 // hanging. The slot is free for the few system calls between the spare's
 // close and the first accept, and between the last reset and the spare's
 // reopening; another goroutine's socket or accept can take it only then,
-// and the spare is lost until a descriptor is freed. (Giving it up while
+// and the spare is lost until a descriptor is freed. (A call that fails
+// holds the slot only for a moment, so the reopening is tried a few times:
+// accept_linux.go, retakeSpareLocked.) (Giving it up while
 // nothing was queued, waiting for a connection, lost it within a second
 // in two runs of seventeen of TestFDExhaustion: the healthy connections then
 // held every descriptor and the queue waited for ever.) Without a spare,
