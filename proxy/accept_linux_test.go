@@ -16,18 +16,8 @@ import (
 // other goroutine can take it while the loop merely waits (TESTPLAN F21).
 // What is queued is reset, all of it, and the spare is held again after.
 func TestShedKeepsTheSpareWhileNothingIsQueued(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	var g acceptGuard
-	g.reacquire()
-	defer g.closeSpare()
+	l, g := guardedListener(t)
 	spare := g.spare
-	if spare == nil {
-		t.Fatal("no spare descriptor after reacquire")
-	}
 	for range 3 {
 		if n := g.shedQueued(l); n != 0 {
 			t.Fatalf("shed %d connections from an empty queue", n)
@@ -56,17 +46,7 @@ func TestShedKeepsTheSpareWhileNothingIsQueued(t *testing.T) {
 // goroutine's failing accept4 or socket(2) holds the freed slot; the shed
 // tries it again rather than losing the spare.
 func TestShedRetakesTheSpareAfterABriefReservation(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	var g acceptGuard
-	g.reacquire()
-	defer g.closeSpare()
-	if g.spare == nil {
-		t.Fatal("no spare descriptor after reacquire")
-	}
+	l, g := guardedListener(t)
 	saved := openSpareFile
 	defer func() { openSpareFile = saved }()
 	opens := 0
@@ -133,6 +113,24 @@ func TestShedWithoutTheSpareResetsTheQueue(t *testing.T) {
 			s.Close()
 		})
 	}
+}
+
+// guardedListener returns a loopback listener and an acceptGuard holding
+// its spare descriptor, both closed when t ends.
+func guardedListener(t *testing.T) (net.Listener, *acceptGuard) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	g := new(acceptGuard)
+	g.reacquire()
+	t.Cleanup(g.closeSpare)
+	if g.spare == nil {
+		t.Fatal("no spare descriptor after reacquire")
+	}
+	return l, g
 }
 
 // queueClients dials l n times and waits until all n are in its accept
