@@ -156,22 +156,23 @@ func openPodSockets(ns *netns.Handle, socks5 bool) ([]io.Closer, error) {
 			}
 			out = append(out, l)
 		}
+		// The SOCKS5 listener and the DNS proxy's sockets: loopback, not
+		// transparent.
+		local := sockopt.ListenConfig(sockopt.Options{ReusePort: true, Mark: podMark})
 		if socks5 {
-			lc := sockopt.ListenConfig(sockopt.Options{ReusePort: true, Mark: podMark})
-			l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:15080")
+			l, err := local.Listen(context.Background(), "tcp", "127.0.0.1:15080")
 			if err != nil {
 				return err
 			}
 			out = append(out, l)
 		}
-		dns := sockopt.ListenConfig(sockopt.Options{ReusePort: true, Mark: podMark})
 		for _, addr := range []string{"127.0.0.1:15053", "[::1]:15053"} {
-			pc, err := dns.ListenPacket(context.Background(), "udp", addr)
+			pc, err := local.ListenPacket(context.Background(), "udp", addr)
 			if err != nil {
 				return err
 			}
 			out = append(out, pc)
-			l, err := dns.Listen(context.Background(), "tcp", addr)
+			l, err := local.Listen(context.Background(), "tcp", addr)
 			if err != nil {
 				return err
 			}
