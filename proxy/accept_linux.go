@@ -62,12 +62,11 @@ func (g *acceptGuard) shedQueued(l net.Listener) int {
 // the slot being lost: another goroutine's accept4(2) or socket(2) reserves
 // a descriptor before it knows whether it fails, so an accept loop whose
 // Accept fails (EMFILE, or EAGAIN on an empty queue) holds the freed slot
-// for a few microseconds, and that is the loop most likely to be trying
-// while descriptors are gone. So a failed open is tried again, spareRetries
-// times, spareRetryGap apart, before the spare is given up as lost
-// (TestAdmissionShedsDNSOutOfDescriptors lost it that way once in CI, to
-// the outbound listener's accept loop, which fails every acceptBackoff
-// while the descriptors are gone).
+// for a few microseconds, and while descriptors are gone each listener
+// whose loop is in a failure streak fails that way once per acceptBackoff.
+// So a failed open
+// is tried again, spareRetries times, spareRetryGap apart, before the spare
+// is given up as lost (the next successful Accept takes it back then).
 func (g *acceptGuard) retakeSpareLocked() bool {
 	for try := 0; ; try++ {
 		if g.openSpareLocked() {
