@@ -113,23 +113,30 @@ func TestCertHoldsNoParsedLeaf(t *testing.T) {
 		t.Fatal(err)
 	}
 	chain = nil
-	for i := 0; ; i++ {
-		runtime.GC()
-		select {
-		case <-collected:
-		case <-time.After(10 * time.Millisecond):
-			if i < 100 {
-				continue
-			}
+	// Cleanups run on their own goroutine after the collection that found
+	// the object unreachable: collect until it has run, for at most 100.
+	for i := 0; !isClosed(collected); i++ {
+		if i == 100 {
 			t.Fatal("the parsed leaf given to NewCert is still reachable from the Cert")
 		}
-		break
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
 	}
 	got := c.Chain()
 	if len(got) != 1 || !bytes.Equal(got[0].Raw, want) || !got[0].NotAfter.Equal(c.NotAfter()) {
 		t.Errorf("Chain() = %d certificates, not the leaf NewCert was given", len(got))
 	}
 	runtime.KeepAlive(c)
+}
+
+// isClosed reports whether ch is closed.
+func isClosed(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 // TestOwnTrustIsBuiltOnFirstUse: a Cert a Manager hands out verifies peers
