@@ -29,15 +29,22 @@ func idleListener(t *testing.T, idle time.Duration) (*admission.Listener, string
 	}, l.Addr().String()
 }
 
-// funcHooks are a test's admission hooks, as functions.
+// funcHooks are a test's admission hooks, as functions; accepted may be
+// nil.
 type funcHooks struct {
-	failed func(err error, failures int)
-	admit  func(c net.Conn) bool
+	failed   func(err error, failures int)
+	accepted func()
+	admit    func(c net.Conn) bool
 }
 
 func (h funcHooks) Failed(err error, failures int) { h.failed(err, failures) }
-func (funcHooks) Accepted()                        {}
 func (h funcHooks) Admit(c net.Conn) bool          { return h.admit(c) }
+
+func (h funcHooks) Accepted() {
+	if h.accepted != nil {
+		h.accepted()
+	}
+}
 
 func dialTCP(t *testing.T, addr string) {
 	t.Helper()
@@ -169,11 +176,21 @@ func TestFailureStreakSpansSuccesses(t *testing.T) {
 		emfile := &net.OpError{Op: "accept", Err: syscall.EMFILE}
 		s := &scripted{results: []error{emfile, nil, emfile, nil, emfile, emfile, nil}}
 		var got []int
+		// Each successful Accept is announced (Accepted), and before
+		// its connection is offered to Admit.
+		accepted, admitted := 0, 0
 		al := &admission.Listener{
 			Listener: s,
 			Hooks: funcHooks{
-				failed: func(_ error, failures int) { got = append(got, failures) },
-				admit:  func(c net.Conn) bool { c.Close(); return true },
+				failed:   func(_ error, failures int) { got = append(got, failures) },
+				accepted: func() { accepted++ },
+				admit: func(c net.Conn) bool {
+					if admitted++; accepted != admitted {
+						t.Errorf("Admit of connection %d after %d Accepted calls", admitted, accepted)
+					}
+					c.Close()
+					return true
+				},
 			},
 		}
 		for range 3 {
