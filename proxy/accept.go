@@ -27,14 +27,14 @@ import (
 // hanging. The slot is free for the few system calls between the spare's
 // close and the first accept, and between the last reset and the spare's
 // reopening; another goroutine's socket or accept can take it only then,
-// and the spare is lost until a descriptor is freed (a call that fails
-// holds it only for a moment, so the reopening is tried a few times:
-// retakeSpareLocked). (Giving it up while nothing was queued, waiting for
-// a connection, lost it within a second in two runs of seventeen of
-// TestFDExhaustion: the healthy connections then held every descriptor and
-// the queue waited for ever.) Without a spare,
-// the queue is reset without a descriptor: the listening socket stops and
-// starts listening again (accept_linux.go, resetQueue). On any other
+// and the spare is lost until a descriptor is freed. A call that fails
+// holds the slot only for a moment, so the reopening is tried a few times
+// (retakeSpareLocked). Giving the slot up while nothing was queued, waiting
+// for a connection, lost the spare within a second in two runs of
+// seventeen of TestFDExhaustion: the healthy connections then held every
+// descriptor and the queue waited for ever. Without a spare, the queue is
+// reset without a descriptor: the listening socket stops and starts
+// listening again (accept_linux.go, resetQueue). On any other
 // error, and when nothing is queued, the loop backs off, so that it never
 // spins. A successful Accept takes the spare back; the streak of failures,
 // and with it the shedding, ends only once a second passes without a

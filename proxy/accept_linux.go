@@ -64,9 +64,9 @@ func (g *acceptGuard) shedQueued(l net.Listener) int {
 // Accept fails (EMFILE, or EAGAIN on an empty queue) holds the freed slot
 // for a few microseconds, and while descriptors are gone each listener
 // whose loop is in a failure streak fails that way once per acceptBackoff.
-// So a failed open
-// is tried again, spareRetries times, spareRetryGap apart, before the spare
-// is given up as lost (the next successful Accept takes it back then).
+// So a failed open is tried again, spareRetries times, spareRetryGap apart,
+// before the spare is given up as lost (the next successful Accept takes it
+// back then).
 func (g *acceptGuard) retakeSpareLocked() bool {
 	for try := 0; ; try++ {
 		if g.openSpareLocked() {
