@@ -69,21 +69,22 @@ func TestNewCertAccepts(t *testing.T) {
 	issued := issue(t, ca, idA)
 	// Root rotation: several roots, only one of which signed the chain.
 	roots := append(newCA(t).Roots(), ca.Roots()...)
-	c, err := certs.NewCert(idA, issued.Chain(), issued.Key, roots)
+	chain := issued.Chain()
+	leaf := chain[0]
+	c, err := certs.NewCert(idA, chain, issued.Key, roots)
 	if err != nil {
 		t.Fatalf("NewCert: %v", err)
 	}
 	tc := c.TLSCertificate()
-	if len(tc.Certificate) != 1 || string(tc.Certificate[0]) != string(issued.Chain()[0].Raw) || tc.Leaf != nil || tc.PrivateKey != issued.Key {
+	if len(tc.Certificate) != 1 || string(tc.Certificate[0]) != string(leaf.Raw) || tc.Leaf != nil || tc.PrivateKey != issued.Key {
 		t.Errorf("TLSCertificate() = %+v, not the chain and key", tc)
 	}
 	if c.TLSCertificate() != tc {
 		t.Errorf("TLSCertificate() is rebuilt on each call")
 	}
-	if _, err := issued.Chain()[0].Verify(x509.VerifyOptions{Roots: c.RootPool()}); err != nil {
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: c.RootPool()}); err != nil {
 		t.Errorf("leaf does not verify against RootPool(): %v", err)
 	}
-	leaf := issued.Chain()[0]
 	if !c.NotBefore().Equal(leaf.NotBefore) || !c.NotAfter().Equal(leaf.NotAfter) {
 		t.Errorf("NotBefore/NotAfter = %v/%v, want %v/%v", c.NotBefore(), c.NotAfter(), leaf.NotBefore, leaf.NotAfter)
 	}

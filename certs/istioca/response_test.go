@@ -142,8 +142,8 @@ func TestParseResponse(t *testing.T) {
 			if err != nil {
 				t.Fatalf("parseResponse: %v", err)
 			}
-			if len(c.Chain()) != tt.wantChain || !c.Chain()[0].Equal(p.leaf) {
-				t.Errorf("served chain has %d certs, want %d starting with the leaf", len(c.Chain()), tt.wantChain)
+			if chain := c.Chain(); len(chain) != tt.wantChain || !chain[0].Equal(p.leaf) {
+				t.Errorf("served chain has %d certs, want %d starting with the leaf", len(chain), tt.wantChain)
 			}
 		})
 	}

@@ -39,13 +39,14 @@ func TestIssue(t *testing.T) {
 		t.Fatalf("Issue: %v", err)
 	}
 	// The result must be acceptable to NewCert on its own.
-	if _, err := certs.NewCert(testID, c.Chain(), c.Key, ca.Roots()); err != nil {
+	chain := c.Chain()
+	if _, err := certs.NewCert(testID, chain, c.Key, ca.Roots()); err != nil {
 		t.Fatalf("NewCert(Issue result): %v", err)
 	}
-	leaf := c.Chain()[0]
-	if len(c.Chain()) != 1 {
-		t.Errorf("len(Chain) = %d, want 1 for a root-signed leaf", len(c.Chain()))
+	if len(chain) != 1 {
+		t.Errorf("len(Chain) = %d, want 1 for a root-signed leaf", len(chain))
 	}
+	leaf := chain[0]
 	if len(leaf.URIs) != 1 || leaf.URIs[0].String() != testID.String() {
 		t.Errorf("leaf URIs = %v, want [%v]", leaf.URIs, testID)
 	}
@@ -241,16 +242,18 @@ func TestDirIntermediate(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Served chain: leaf, intermediate; never the root.
-	if diff := cmp.Diff([][]byte{c.Chain()[0].Raw, inter.Raw}, rawOf(c.Chain())); diff != "" {
+	chain := c.Chain()
+	leaf := chain[0]
+	if diff := cmp.Diff([][]byte{leaf.Raw, inter.Raw}, rawOf(chain)); diff != "" {
 		t.Errorf("Chain (-want +got):\n%s", diff)
 	}
-	if err := c.Chain()[0].CheckSignatureFrom(inter); err != nil {
+	if err := leaf.CheckSignatureFrom(inter); err != nil {
 		t.Errorf("leaf not signed by the intermediate: %v", err)
 	}
 	// The leaf alone does not verify to the root: the intermediate is needed.
 	pool := x509.NewCertPool()
 	pool.AddCert(root)
-	if _, err := c.Chain()[0].Verify(x509.VerifyOptions{Roots: pool}); err == nil {
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool}); err == nil {
 		t.Errorf("leaf verified without its intermediate")
 	}
 	verifyWithOpenSSL(t, filepath.Join(dir, fileRootCert), []*x509.Certificate{inter}, c)
